@@ -1,0 +1,3 @@
+from canvasread.cli import main
+
+main()

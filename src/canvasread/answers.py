@@ -1,0 +1,77 @@
+"""Turn a distribution over a question's options into a Jev-shaped answer.
+
+Pure functions shared by every backend, so the wire shape cannot drift
+between models: noul has no confidence, choice and score do, score is the
+expected level, and numbers are rounded only at the very end (the hosted API
+computes the score before rounding, and so do we).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from canvasread.types import Distribution, JSONValue, Question
+
+
+def confidence(probabilities: Sequence[float]) -> float:
+    """How far the top option stands above a uniform guess: `(p_max − 1/k) / (1 − 1/k)` clipped to [0, 1].
+
+    This is the formula that reproduces the hosted API's numbers; with one
+    option there is nothing to doubt, so it is 1.
+    """
+    k = len(probabilities)
+    if k <= 1:
+        return 1.0
+    uniform = 1.0 / k
+    value = (max(probabilities) - uniform) / (1.0 - uniform)
+    return min(1.0, max(0.0, value))
+
+
+def expected_score(probabilities: Sequence[float]) -> float:
+    """Σ i·p_i over levels: a float in [0, N−1], as the hosted API reports it."""
+    return sum(level * p for level, p in enumerate(probabilities))
+
+
+def top_index(probabilities: Sequence[float]) -> int:
+    """The argmax; ties go to the earliest option so answers are stable."""
+    return max(range(len(probabilities)), key=lambda i: (probabilities[i], -i))
+
+
+def _round(value: float, decimals: int | None) -> float:
+    return value if decimals is None else round(value, decimals)
+
+
+def build_answer(
+    question: Question,
+    distribution: Distribution,
+    *,
+    decimals: int | None = None,
+    diagnostics: Mapping[str, JSONValue] | None = None,
+) -> dict[str, JSONValue]:
+    """The answer object for one question; keys follow the hosted API's order."""
+    probabilities = distribution.probabilities
+    names = question.option_names
+    answer: dict[str, JSONValue]
+    if question.kind == "noul":
+        p_true = probabilities[names.index("true")]
+        answer = {"type": "noul", "noul": _round(p_true, decimals)}
+    elif question.kind == "choice":
+        answer = {
+            "type": "choice",
+            "choice": names[top_index(probabilities)],
+            "confidence": _round(confidence(probabilities), decimals),
+            "probabilities": {name: _round(p, decimals) for name, p in zip(names, probabilities, strict=True)},
+        }
+    else:
+        answer = {
+            "type": "score",
+            "score": _round(expected_score(probabilities), decimals),
+            "confidence": _round(confidence(probabilities), decimals),
+            "legend": {option.name: option.description for option in question.options},
+            "probabilities": {name: _round(p, decimals) for name, p in zip(names, probabilities, strict=True)},
+        }
+    if question.min_confidence is not None:
+        answer["abstain"] = confidence(probabilities) < question.min_confidence
+    if diagnostics is not None:
+        answer["diagnostics"] = dict(diagnostics)
+    return answer

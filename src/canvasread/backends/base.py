@@ -1,0 +1,82 @@
+"""The `Backend` protocol: the one seam between serving and models.
+
+A backend answers batches of validated requests with probability
+distributions. It never sees HTTP and never builds wire answers; the
+`Decider` does order rotations, calibration and answer assembly around it.
+
+Contract:
+- `load()` may be slow (weights, compilation); it runs once, in a worker
+  thread, while the server already answers `/health`.
+- `prepare(request)` runs on the request's own path before queueing: it
+  checks everything that can be checked without the model (labels, context
+  length...) and raises `InvalidRequest` with a precise location, so a bad
+  request never reaches a batch. It returns the backend's own job object.
+- `decide(jobs)` runs one batch in the backend's single worker thread and
+  returns one `DecisionResult` per job, in order. An exception fails only the
+  jobs of that batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from canvasread.types import (
+    Capabilities,
+    DecisionRequest,
+    DecisionResult,
+    Distribution,
+    ModelCard,
+    Usage,
+)
+
+JobT = TypeVar("JobT")
+
+
+class Backend(Protocol[JobT]):
+    """See the module docstring for the contract."""
+
+    @property
+    def card(self) -> ModelCard: ...
+
+    def load(self) -> None: ...
+
+    def prepare(self, request: DecisionRequest) -> JobT: ...
+
+    def decide(self, jobs: Sequence[JobT]) -> list[DecisionResult]: ...
+
+
+AnyBackend = Backend[Any]
+
+
+class FunctionBackend:
+    """A backend made from a function of one request: the test seam for everything above backends."""
+
+    def __init__(
+        self,
+        answer: Callable[[DecisionRequest], Sequence[Sequence[float]]],
+        *,
+        name: str = "function",
+        capabilities: Capabilities = Capabilities(),
+    ) -> None:
+        self._answer = answer
+        self._card = ModelCard(name, "A backend driven by a Python function.", "2026-01-01", capabilities)
+        self.batches: list[int] = []
+
+    @property
+    def card(self) -> ModelCard:
+        return self._card
+
+    def load(self) -> None:
+        return None
+
+    def prepare(self, request: DecisionRequest) -> DecisionRequest:
+        return request
+
+    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+        self.batches.append(len(jobs))
+        results = []
+        for request in jobs:
+            distributions = tuple(Distribution(tuple(p)) for p in self._answer(request))
+            results.append(DecisionResult(distributions, Usage(1, len(distributions))))
+        return results

@@ -1,0 +1,217 @@
+"""The `canvasread` command: flags become configs, configs go to the library. No logic of its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from canvasread import __version__
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.batching import BatchPolicy
+from canvasread.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+from canvasread.decide import DeciderConfig
+from canvasread.errors import CanvasreadError
+from canvasread.registry import EngineOptions, open_decider
+
+app = typer.Typer(
+    help="canvasread: a self-hosted System One decision server.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Model to serve: an embedded sparrow model name, or a DiffusionGemma folder or hub id. "
+            "Repeat to serve several; the first is the default (alias jev-latest)."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to bind.")] = DEFAULT_PORT,
+    round_to: Annotated[
+        int | None,
+        typer.Option("--round", help="Round numbers to this many decimals (2 reproduces the hosted API)."),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="torch device for DiffusionGemma (default: cuda if present).")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="torch dtype (default: bfloat16 on GPU, float32 on CPU).")] = None,
+    max_batch: Annotated[int, typer.Option(help="Most requests read together in one batch.")] = 32,
+    max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests.")] = 0.0,
+    max_pending: Annotated[int, typer.Option(help="Requests in flight per model before answering 529.")] = 1024,
+    timeout: Annotated[float, typer.Option(help="Per-request deadline in seconds (504 past it).")] = 120.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
+    import uvicorn
+
+    from canvasread.server.app import create_app
+
+    decider_config = DeciderConfig(
+        decimals=round_to, timeout_s=timeout, batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending)
+    )
+    decider = open_decider(
+        tuple(model or (DEFAULT_SPARROW_MODEL,)),
+        decider_config,
+        EngineOptions(device=device, dtype=dtype),
+        load=False,
+    )
+    server_config = ServerConfig(host=host, port=port)
+    console.print(
+        f"canvasread {__version__} on http://{host}:{port} serving {', '.join(s.card.name for s in decider.served)}"
+    )
+    uvicorn.run(create_app(decider, server_config), host=host, port=port, log_level=log_level)
+
+
+def _parse_option(text: str) -> tuple[str, str | None]:
+    name, _, description = text.partition("=")
+    return name.strip(), (description.strip() or None)
+
+
+def _questions_from_flags(
+    noul: list[str], choice: str | None, options: list[str], score: str | None, levels: list[str]
+) -> dict[str, Any]:
+    questions: dict[str, Any] = {}
+    for index, text in enumerate(noul):
+        questions[f"noul_{index + 1}" if len(noul) > 1 else "noul"] = {"type": "noul", "instructions": text}
+    if choice is not None:
+        questions["choice"] = {
+            "type": "choice",
+            "instructions": choice,
+            "criteria": dict(map(_parse_option, options)),
+        }
+    if score is not None:
+        questions["score"] = {"type": "score", "instructions": score, "criteria": levels}
+    return questions
+
+
+def _bar(p: float, width: int = 20) -> str:
+    filled = round(p * width)
+    return "█" * filled + "·" * (width - filled)
+
+
+def _print_answers(response: dict[str, Any]) -> None:
+    table = Table(title=f"model {response['model']}", show_lines=True)
+    table.add_column("question")
+    table.add_column("answer")
+    table.add_column("probabilities")
+    for key, answer in response["answers"].items():
+        if answer["type"] == "noul":
+            summary = f"noul {answer['noul']:.3f}"
+            rows = {"true": answer["noul"], "false": 1.0 - answer["noul"]}
+        else:
+            headline = answer["choice"] if answer["type"] == "choice" else f"{answer['score']:.2f}"
+            summary = f"{answer['type']} {headline}\nconfidence {answer['confidence']:.2f}"
+            rows = answer["probabilities"]
+        if answer.get("abstain"):
+            summary += "\nabstain"
+        bars = "\n".join(f"{name[:24]:>24} {_bar(p)} {p:.3f}" for name, p in rows.items())
+        table.add_row(key, summary, bars)
+    console.print(table)
+    usage = response["usage"]
+    console.print(f"usage: {usage['input_tokens']} input tokens, {usage['output_tokens']} output tokens")
+
+
+@app.command()
+def ask(
+    state: Annotated[str | None, typer.Argument(help="The state (text); '-' reads standard input.")] = None,
+    noul: Annotated[list[str] | None, typer.Option(help="A yes/no question (repeatable).")] = None,
+    choice: Annotated[str | None, typer.Option(help="A pick-one question; give options with -o.")] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="A choice option: name or name=description.")
+    ] = None,
+    score: Annotated[str | None, typer.Option(help="A score question; give levels with -l, lowest first.")] = None,
+    level: Annotated[list[str] | None, typer.Option("--level", "-l", help="A score level, lowest first.")] = None,
+    file: Annotated[Path | None, typer.Option(help="JSON file: a full request body or a questions map.")] = None,
+    state_json: Annotated[bool, typer.Option(help="Parse the state as JSON.")] = False,
+    url: Annotated[str | None, typer.Option(help="Ask a running server instead of a model in process.")] = None,
+    model: Annotated[str, typer.Option(help="Model name; in process, a model spec as for serve.")] = "default",
+    api_key: Annotated[str, typer.Option(envvar="TYPESAFE_API_KEY", help="API key for --url.")] = "local",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw response.")] = False,
+) -> None:
+    """Ask questions about a state and print the answers with probability bars."""
+    body: dict[str, Any] = {}
+    if file is not None:
+        loaded = json.loads(file.read_text())
+        body = loaded if "questions" in loaded else {"questions": loaded}
+    questions = {
+        **body.get("questions", {}),
+        **_questions_from_flags(noul or [], choice, option or [], score, level or []),
+    }
+    if not questions:
+        raise typer.BadParameter("no questions: use --noul, --choice/-o, --score/-l or --file")
+    text = sys.stdin.read() if state == "-" else state
+    state_value: Any = body.get("state", body.get("document")) if text is None else text
+    if state_json and isinstance(state_value, str):
+        state_value = json.loads(state_value)
+    if state_value is None:
+        raise typer.BadParameter("no state: pass it as an argument, '-' for stdin, or in --file")
+    extensions = {k: v for k, v in body.items() if k not in ("questions", "state", "document", "model")}
+    try:
+        if url is not None:
+            response = _ask_server(
+                url, api_key, {"model": model, "state": state_value, "questions": questions, **extensions}
+            )
+        else:
+            spec = DEFAULT_SPARROW_MODEL if model in ("default", "jev-latest") else model
+            decider = open_decider((spec,))
+            response = decider.ask(state_value, questions, **extensions)
+    except CanvasreadError as error:
+        console.print(f"[red]error:[/red] {error.message}")
+        raise typer.Exit(1) from None
+    if as_json:
+        sys.stdout.write(json.dumps(response, ensure_ascii=False, indent=2) + "\n")
+    else:
+        _print_answers(response)
+
+
+def _ask_server(url: str, api_key: str, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    reply = httpx.post(
+        url.rstrip("/") + "/v1/systemone",
+        json=body,
+        timeout=120,
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    if reply.status_code != 200:
+        console.print(f"[red]HTTP {reply.status_code}:[/red] {reply.text}")
+        raise typer.Exit(1)
+    result: dict[str, Any] = reply.json()
+    return result
+
+
+@app.command()
+def models(
+    url: Annotated[str, typer.Option(help="Server to ask.")] = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}",
+    api_key: Annotated[str, typer.Option(envvar="TYPESAFE_API_KEY")] = "local",
+) -> None:
+    """List the models a running server serves."""
+    import httpx
+
+    reply = httpx.get(url.rstrip("/") + "/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    reply.raise_for_status()
+    table = Table("name", "release", "description")
+    for entry in reply.json()["models"]:
+        table.add_row(entry["name"], entry["release_date"], entry["description"])
+    console.print(table)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,216 @@
+"""`Decider`: from a validated request to Jev-shaped answers, around whichever backend serves the model.
+
+Reads top to bottom like the request does: resolve the model, check the
+request against the backend's capabilities, queue it for a batch, turn the
+distributions into answers. No HTTP and no torch here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from canvasread.answers import build_answer
+from canvasread.backends.base import AnyBackend
+from canvasread.batching import BatchPolicy, BatchQueue
+from canvasread.errors import DeadlineExceeded, FieldProblem, InvalidRequest, ModelNotFound, NotReady
+from canvasread.types import DecisionRequest, DecisionResult, JSONValue, ModelCard
+from canvasread.wire import parse_request
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ALIASES = ("jev-latest", "default")
+
+
+@dataclass(frozen=True)
+class DeciderConfig:
+    """Serving policy shared by every model."""
+
+    decimals: int | None = None
+    batch: BatchPolicy = BatchPolicy()
+    timeout_s: float | None = 120.0
+
+
+@dataclass
+class ServedModel:
+    """A backend with its load state and its batch queue."""
+
+    backend: AnyBackend
+    queue: BatchQueue[Any, DecisionResult]
+    loaded: threading.Event = field(default_factory=threading.Event)
+    load_error: str | None = None
+    load_seconds: float | None = None
+
+    @property
+    def card(self) -> ModelCard:
+        return self.backend.card
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One answered request: what the API returns, plus the timings the server logs."""
+
+    model: str
+    answers: dict[str, dict[str, JSONValue]]
+    usage: dict[str, int]
+    elapsed_s: float
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
+
+
+class Decider:
+    """Serves one or more backends; the first is the default behind the `jev-latest` and `default` aliases."""
+
+    def __init__(self, backends: Sequence[AnyBackend], config: DeciderConfig = DeciderConfig()) -> None:
+        if not backends:
+            raise ValueError("a Decider needs at least one backend")
+        self.config = config
+        self._models: dict[str, ServedModel] = {}
+        for backend in backends:
+            name = backend.card.name
+            if name in self._models or name in DEFAULT_ALIASES:
+                raise ValueError(f"two served models are both called {name!r}")
+            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, config.batch, name=name)
+            self._models[name] = ServedModel(backend, queue)
+        self.default_name = backends[0].card.name
+
+    # ---- models -------------------------------------------------------------------------
+    @property
+    def served(self) -> list[ServedModel]:
+        return list(self._models.values())
+
+    def model_cards(self) -> list[ModelCard]:
+        """Served models, then the default's aliases (listed as models, as the hosted API does)."""
+        cards = [served.card for served in self._models.values()]
+        default = self._models[self.default_name].card
+        for alias in DEFAULT_ALIASES:
+            cards.append(
+                ModelCard(
+                    alias,
+                    f"Alias of {default.name}. {default.description}",
+                    default.release_date,
+                    default.capabilities,
+                )
+            )
+        return cards
+
+    def resolve(self, name: str) -> ServedModel:
+        served = self._models.get(self.default_name if name in DEFAULT_ALIASES else name)
+        if served is None:
+            names = ", ".join([*self._models, *DEFAULT_ALIASES])
+            raise ModelNotFound(f"model {name!r} is not served here; served models: {names}")
+        return served
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def load(self) -> None:
+        """Load every backend (slow; run it in a thread). A failure is kept and reported by `ready`."""
+        for served in self._models.values():
+            started = time.monotonic()
+            try:
+                served.backend.load()
+            except Exception as error:
+                served.load_error = f"{type(error).__name__}: {error}"
+                logger.exception("loading %s failed", served.card.name)
+                continue
+            served.load_seconds = time.monotonic() - started
+            served.loaded.set()
+            logger.info("loaded %s in %.1fs", served.card.name, served.load_seconds)
+
+    @property
+    def ready(self) -> bool:
+        return all(served.loaded.is_set() for served in self._models.values())
+
+    def not_ready_reasons(self) -> list[str]:
+        reasons = []
+        for served in self._models.values():
+            if served.load_error is not None:
+                reasons.append(f"{served.card.name} failed to load: {served.load_error}")
+            elif not served.loaded.is_set():
+                reasons.append(f"{served.card.name} is loading")
+        return reasons
+
+    def start(self) -> None:
+        """Start the batch loops; call from inside the running event loop."""
+        for served in self._models.values():
+            served.queue.start()
+
+    async def stop(self) -> None:
+        for served in self._models.values():
+            await served.queue.stop()
+
+    # ---- deciding -----------------------------------------------------------------------
+    async def decide(self, model: str, request: DecisionRequest) -> Decision:
+        """Answer one request through the model's batch queue (the server's path)."""
+        started = time.monotonic()
+        served = self.resolve(model)
+        if not served.loaded.is_set():
+            raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not ready")
+        self._check_capabilities(served.card, request)
+        job = await asyncio.to_thread(served.backend.prepare, request)
+        try:
+            result = await asyncio.wait_for(served.queue.submit(job), self.config.timeout_s)
+        except TimeoutError:
+            raise DeadlineExceeded(f"no answer within {self.config.timeout_s:g}s; the request was dropped") from None
+        return self._assemble(served.card, request, result, started)
+
+    def decide_now(self, model: str, request: DecisionRequest) -> Decision:
+        """Answer one request in the calling thread, without queueing (library and CLI use)."""
+        started = time.monotonic()
+        served = self.resolve(model)
+        if not served.loaded.is_set():
+            raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not loaded")
+        self._check_capabilities(served.card, request)
+        [result] = served.backend.decide([served.backend.prepare(request)])
+        return self._assemble(served.card, request, result, started)
+
+    @staticmethod
+    def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
+        capabilities = card.capabilities
+        problems = []
+        if request.assets and not capabilities.images:
+            problems.append(
+                FieldProblem(
+                    ("body", "assets"),
+                    f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
+                )
+            )
+        for question in request.questions:
+            limit = capabilities.max_options if question.kind == "choice" else capabilities.max_levels
+            if question.kind != "noul" and len(question.options) > limit:
+                problems.append(
+                    FieldProblem(
+                        ("body", "questions", question.key, question.kind, "criteria"),
+                        f"model {card.name} takes at most {limit} options here",
+                        ctx={"max_length": limit},
+                    )
+                )
+        if problems:
+            raise InvalidRequest(problems)
+
+    def _assemble(self, card: ModelCard, request: DecisionRequest, result: DecisionResult, started: float) -> Decision:
+        answers = {}
+        for question, distribution in zip(request.questions, result.distributions, strict=True):
+            details = distribution.details if request.policy.diagnostics else None
+            answers[question.key] = build_answer(
+                question, distribution, decimals=self.config.decimals, diagnostics=details
+            )
+        usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
+        return Decision(card.name, answers, usage, time.monotonic() - started)
+
+    def ask(
+        self,
+        state: JSONValue,
+        questions: Mapping[str, Any],
+        *,
+        model: str = "default",
+        **extensions: JSONValue,
+    ) -> dict[str, JSONValue]:
+        """The library's one-call API: the same JSON as `POST /v1/systemone`, answered in this thread."""
+        name, request = parse_request({"model": model, "state": state, "questions": questions, **extensions})
+        return self.decide_now(name, request).to_json()

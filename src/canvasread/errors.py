@@ -1,0 +1,109 @@
+"""Errors that cross layers, each knowing the HTTP status and body shape it maps to.
+
+The library raises these; only the server turns them into responses, so the
+same error reads the same from the CLI, the library and the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from canvasread.types import JSONValue
+
+
+class CanvasreadError(Exception):
+    """Base class: a message for people plus a machine-readable `error_type`."""
+
+    status_code = 500
+    error_type = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One entry of FastAPI's 422 `detail` list; `loc` starts after "body"."""
+
+    loc: tuple[str | int, ...]
+    msg: str
+    type: str = "value_error"
+    input: JSONValue = None
+    ctx: dict[str, JSONValue] = field(default_factory=dict)
+
+
+class InvalidRequest(CanvasreadError):
+    """A request the model cannot answer as asked (422, FastAPI's `detail` list shape)."""
+
+    status_code = 422
+    error_type = "invalid_request"
+
+    def __init__(self, problems: Sequence[FieldProblem]) -> None:
+        super().__init__("; ".join(f"{'.'.join(map(str, p.loc))}: {p.msg}" for p in problems))
+        self.problems = tuple(problems)
+
+    @classmethod
+    def at(cls, loc: Sequence[str | int], msg: str, input: JSONValue = None) -> InvalidRequest:
+        return cls([FieldProblem(tuple(loc), msg, input=input)])
+
+
+class BadRequest(CanvasreadError):
+    """A body that cannot be read at all: broken JSON, an unknown encoding (400)."""
+
+    status_code = 400
+    error_type = "bad_request"
+
+
+class PayloadTooLarge(CanvasreadError):
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class ModelNotFound(CanvasreadError):
+    status_code = 404
+    error_type = "model_not_found"
+
+
+class NotReady(CanvasreadError):
+    """The model is still loading, or failed to load (503)."""
+
+    status_code = 503
+    error_type = "not_ready"
+
+
+class Overloaded(CanvasreadError):
+    """The queue in front of a backend is full (529, which clients retry)."""
+
+    status_code = 529
+    error_type = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(CanvasreadError):
+    status_code = 504
+    error_type = "deadline_exceeded"
+
+
+class BackendFailure(CanvasreadError):
+    """The model raised while answering; only the requests in that batch fail (500)."""
+
+    status_code = 500
+    error_type = "backend_error"
+
+
+class UpstreamFailure(CanvasreadError):
+    """An upstream inference server (vLLM) failed or answered nonsense (502)."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class MissingExtra(CanvasreadError):
+    """An optional dependency is not installed; the message says what to install."""
+
+    error_type = "missing_dependency"

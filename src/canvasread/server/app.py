@@ -1,0 +1,171 @@
+"""The ASGI app: routes are glue between the wire (`body`, `wire`) and the `Decider`.
+
+The port is bound before the models load: loading runs in a thread started
+by the lifespan, `/health` answers at once and `/ready` turns 200 only when
+every model has loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from canvasread import __version__
+from canvasread.config import ServerConfig
+from canvasread.decide import Decider
+from canvasread.errors import BackendFailure, CanvasreadError, FieldProblem, InvalidRequest
+from canvasread.server.body import decode_content, parse_body, read_limited
+from canvasread.server.responses import REQUEST_ID_HEADER, error_response
+from canvasread.wire import ModelList, SystemOneRequest, SystemOneResponse, parse_request
+
+logger = logging.getLogger("canvasread.server")
+
+
+class RequestIdMiddleware:
+    """Gives every response, errors and crashes included, an `x-typesafe-request-id` (the SDK requires it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
+                message = {
+                    **message,
+                    "headers": [*headers, (REQUEST_ID_HEADER.encode(), request_id.encode())],
+                }
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            logger.exception("unhandled error in request %s", request_id)
+            if started:
+                raise
+            response = error_response(BackendFailure("internal error; see the server log"), request_id)
+            await response(scope, receive, send_with_id)
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "-"))
+
+
+def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastAPI:
+    """Build the app around a `Decider`; nothing is loaded until the lifespan starts."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        decider.start()
+        loading = asyncio.create_task(asyncio.to_thread(decider.load), name="load-models")
+        try:
+            yield
+        finally:
+            await decider.stop()
+            if not loading.done():
+                logger.warning("shutting down while models are still loading")
+
+    app = FastAPI(
+        title="canvasread",
+        version=__version__,
+        lifespan=lifespan,
+        description="A self-hosted System One decision server.",
+    )
+    app.add_middleware(RequestIdMiddleware)
+
+    @app.exception_handler(CanvasreadError)
+    async def on_canvasread_error(request: Request, error: CanvasreadError) -> Response:
+        return error_response(error, _request_id(request))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, error: RequestValidationError) -> Response:
+        problems = [FieldProblem(tuple(e["loc"]), e["msg"], e["type"]) for e in error.errors()]
+        return error_response(InvalidRequest(problems), _request_id(request))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, error: StarletteHTTPException) -> Response:
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
+
+    @app.post(
+        "/v1/systemone",
+        response_model=SystemOneResponse,
+        responses={422: {"description": "Validation error"}, 529: {"description": "Overloaded; retry"}},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}},
+            }
+        },
+    )
+    async def system_one(request: Request) -> Response:
+        raw = await read_limited(request.stream(), config.max_body_bytes)
+        data = decode_content(raw, request.headers.get("content-encoding", ""), config.max_body_bytes)
+        body = parse_body(data, request.headers.get("content-type", ""))
+        model, decision_request = parse_request(body.payload, body.parts)
+        if len(decision_request.questions) > config.max_questions:
+            raise InvalidRequest.at(("body", "questions"), f"at most {config.max_questions} questions per request")
+        decision = await decider.decide(model, decision_request)
+        return JSONResponse(decision.to_json())
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def list_models() -> dict[str, Any]:
+        cards = decider.model_cards()
+        return {
+            "models": [{"name": c.name, "description": c.description, "release_date": c.release_date} for c in cards]
+        }
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        """The process is up (it says nothing of the models: see /ready)."""
+        return {"status": "ok"}
+
+    @app.get("/ready", responses={503: {"description": "Models are loading or failed to load"}})
+    async def ready() -> Response:
+        if decider.ready:
+            return JSONResponse({"status": "ready", "models": [s.card.name for s in decider.served]})
+        reasons = decider.not_ready_reasons()
+        return JSONResponse(
+            {"status": "not_ready", "detail": {"message": "; ".join(reasons), "error_type": "not_ready"}},
+            status_code=503,
+        )
+
+    _document_request_schema(app)
+    return app
+
+
+def _document_request_schema(app: FastAPI) -> None:
+    """The System One route reads its body itself (zstd, multipart); publish the JSON schema it validates."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            request_schema = SystemOneRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}", by_alias=True
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(request_schema.pop("$defs", {}))
+            components["SystemOneRequest"] = request_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

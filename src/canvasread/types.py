@@ -1,0 +1,125 @@
+"""The plain values that flow through canvasread, from validated questions to answers.
+
+Everything here is a frozen dataclass or a type alias with no behaviour beyond
+small derived properties, so every layer can import it without pulling in HTTP,
+numpy or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+JSONValue: TypeAlias = "str | int | float | bool | dict[str, JSONValue] | list[JSONValue] | None"
+QuestionKind: TypeAlias = Literal["noul", "choice", "score"]
+OrderMode: TypeAlias = Literal["as-given", "rotate"]
+Samples: TypeAlias = "int | Literal['auto']"
+ImageFormat: TypeAlias = Literal["png", "jpeg"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One possible answer: its wire name and the caller's description (None: the name speaks for itself)."""
+
+    name: str
+    description: JSONValue = None
+
+
+@dataclass(frozen=True)
+class Question:
+    """A validated question, independent of the wire format.
+
+    `options` is the answer space in the caller's order: `("true", "false")`
+    for a noul, the criteria keys for a choice, `"0".."N-1"` for a score.
+    """
+
+    key: str
+    kind: QuestionKind
+    instructions: JSONValue
+    options: tuple[Option, ...]
+    order: OrderMode = "as-given"
+    min_confidence: float | None = None
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(option.name for option in self.options)
+
+
+@dataclass(frozen=True)
+class ImageAsset:
+    """A decoded, checked image referenced by a placeholder string in the state or questions."""
+
+    placeholder: str
+    format: ImageFormat
+    data: bytes = field(repr=False)
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    """Per-request knobs from extension keys; the defaults give the plain Jev behaviour."""
+
+    samples: int | Literal["auto"] = "auto"
+    seed: int | None = None
+    diagnostics: bool = False
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """Everything a backend needs to answer one API request."""
+
+    state: JSONValue
+    questions: tuple[Question, ...]
+    assets: Mapping[str, ImageAsset] = field(default_factory=dict)
+    policy: ReadPolicy = ReadPolicy()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A probability distribution over one question's options, in option order.
+
+    `details` carries backend-specific diagnostics (label mass, entropy,
+    reads...) that are shown only when the caller asks for diagnostics.
+    """
+
+    probabilities: tuple[float, ...]
+    details: Mapping[str, JSONValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    """A backend's answer to one request: one distribution per question, in question order."""
+
+    distributions: tuple[Distribution, ...]
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can take; the HTTP layer turns violations into clear 422s."""
+
+    images: bool = False
+    max_options: int = 255
+    max_levels: int = 10
+    context_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """How a served model is listed by `GET /v1/models`."""
+
+    name: str
+    description: str
+    release_date: str
+    capabilities: Capabilities = Capabilities()

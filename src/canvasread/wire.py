@@ -1,0 +1,262 @@
+"""The System One wire format: pydantic models for requests and responses, and the step to internal types.
+
+The HTTP layer, the CLI and `canvasread eval` all accept the same JSON, so
+its validation lives here rather than inside `server/`. Validation errors
+keep pydantic's locations, so a 422 points at the exact bad field
+(`["body", "questions", "team", "choice", "criteria"]`), as the hosted API does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.types import (
+    DecisionRequest,
+    ImageAsset,
+    ImageFormat,
+    JSONValue,
+    Option,
+    OrderMode,
+    Question,
+    ReadPolicy,
+)
+
+MAX_OPTIONS = 255
+MAX_LEVELS = 10
+MAX_SAMPLES = 16
+
+Content = str | dict[str, Any] | list[Any]
+
+
+class _WireModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class NoulCriteria(_WireModel):
+    true: Any = None
+    false: Any = None
+
+
+class _QuestionBase(_WireModel):
+    instructions: Any = None
+    order: OrderMode | None = Field(None, description="canvasread extension: 'rotate' averages over option rotations.")
+    min_confidence: float | None = Field(
+        None, ge=0.0, le=1.0, description="canvasread extension: below this confidence the answer abstains."
+    )
+
+
+class NoulQuestion(_QuestionBase):
+    type: Literal["noul"]
+    criteria: NoulCriteria | None = None
+
+    @model_validator(mode="after")
+    def _needs_something_to_ask(self) -> NoulQuestion:
+        described = self.criteria is not None and (self.criteria.true is not None or self.criteria.false is not None)
+        if self.instructions is None and not described:
+            raise ValueError("a noul question needs instructions or at least one described side of criteria")
+        return self
+
+
+class ChoiceQuestion(_QuestionBase):
+    type: Literal["choice"]
+    criteria: dict[str, Any] = Field(min_length=1, max_length=MAX_OPTIONS)
+
+
+class ScoreQuestion(_QuestionBase):
+    type: Literal["score"]
+    criteria: list[Content] = Field(min_length=1, max_length=MAX_LEVELS)
+
+
+WireQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+
+
+class WireAsset(_WireModel):
+    type: Literal["image"] = "image"
+    format: Literal["png", "jpg", "jpeg"] | None = None
+    data_base64: str | None = None
+    part: str | None = None
+
+    @model_validator(mode="after")
+    def _has_data(self) -> WireAsset:
+        if self.part is None and self.data_base64 is None:
+            raise ValueError("an asset needs data_base64 (with format) or, in a multipart request, part")
+        return self
+
+
+class SystemOneRequest(_WireModel):
+    """`POST /v1/systemone`. Unknown top-level keys are ignored, as the hosted API does."""
+
+    model: str = Field(description="A name or alias from GET /v1/models.")
+    state: Content = Field(validation_alias=AliasChoices("state", "document"))
+    questions: dict[str, WireQuestion] = Field(min_length=1)
+    assets: dict[str, WireAsset] | None = Field(None, min_length=1)
+    samples: int | Literal["auto"] = Field(
+        "auto", description="canvasread extension: reads per question (1..16) or 'auto'."
+    )
+    seed: int | None = Field(None, description="canvasread extension: the same seed gives the same answer.")
+    diagnostics: bool = Field(False, description="canvasread extension: add per-question read details.")
+    order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
+
+    @model_validator(mode="after")
+    def _samples_in_range(self) -> SystemOneRequest:
+        if isinstance(self.samples, int) and not 1 <= self.samples <= MAX_SAMPLES:
+            raise ValueError(f"samples must be 'auto' or an integer from 1 to {MAX_SAMPLES}")
+        return self
+
+
+class NoulAnswer(_WireModel):
+    type: Literal["noul"]
+    noul: float
+
+
+class ChoiceAnswer(_WireModel):
+    type: Literal["choice"]
+    choice: str
+    confidence: float
+    probabilities: dict[str, float]
+
+
+class ScoreAnswer(_WireModel):
+    type: Literal["score"]
+    score: float
+    confidence: float
+    legend: dict[str, Any]
+    probabilities: dict[str, float]
+
+
+class WireUsage(_WireModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class SystemOneResponse(_WireModel):
+    model: str
+    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
+    usage: WireUsage
+
+
+class ModelEntry(_WireModel):
+    name: str
+    description: str
+    release_date: str
+
+
+class ModelList(_WireModel):
+    models: list[ModelEntry]
+
+
+def problems_from(error: ValidationError, prefix: tuple[str | int, ...] = ()) -> list[FieldProblem]:
+    """Pydantic errors as 422 entries; `ctx` values are made JSON-safe (they may hold exceptions)."""
+    problems = []
+    for entry in error.errors(include_url=False):
+        ctx: dict[str, JSONValue] = {
+            key: value if isinstance(value, str | int | float | bool) else str(value)
+            for key, value in entry.get("ctx", {}).items()
+        }
+        problems.append(
+            FieldProblem(prefix + tuple(entry["loc"]), entry["msg"], entry["type"], _json_safe(entry.get("input")), ctx)
+        )
+    return problems
+
+
+def _json_safe(value: Any) -> JSONValue:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return str(value)
+
+
+def parse_request(payload: Any, parts: Mapping[str, bytes] | None = None) -> tuple[str, DecisionRequest]:
+    """Validate a decoded JSON body (and multipart parts) into the model name and a `DecisionRequest`."""
+    try:
+        wire = SystemOneRequest.model_validate(payload)
+    except ValidationError as error:
+        raise InvalidRequest(problems_from(error)) from None
+    assets = _decode_assets(wire.assets or {}, parts or {})
+    default_order = wire.order or "as-given"
+    questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
+    policy = ReadPolicy(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics)
+    return wire.model, DecisionRequest(wire.state, questions, assets, policy)
+
+
+def _to_question(key: str, question: NoulQuestion | ChoiceQuestion | ScoreQuestion, order: OrderMode) -> Question:
+    if isinstance(question, NoulQuestion):
+        criteria = question.criteria or NoulCriteria()
+        options: tuple[Option, ...] = (Option("true", criteria.true), Option("false", criteria.false))
+    elif isinstance(question, ChoiceQuestion):
+        options = tuple(Option(name, description) for name, description in question.criteria.items())
+    else:
+        options = tuple(Option(str(level), description) for level, description in enumerate(question.criteria))
+    return Question(
+        key, question.type, question.instructions, options, question.order or order, question.min_confidence
+    )
+
+
+def _decode_assets(assets: Mapping[str, WireAsset], parts: Mapping[str, bytes]) -> dict[str, ImageAsset]:
+    problems: list[FieldProblem] = []
+    decoded: dict[str, ImageAsset] = {}
+    claimed: set[str] = set()
+    for placeholder, asset in assets.items():
+        loc: tuple[str | int, ...] = ("body", "assets", placeholder)
+        if asset.part is not None:
+            if asset.part not in parts:
+                problems.append(
+                    FieldProblem((*loc, "part"), f"no multipart part named {asset.part!r}", input=asset.part)
+                )
+                continue
+            if asset.part in claimed:
+                problems.append(
+                    FieldProblem((*loc, "part"), f"part {asset.part!r} is claimed by two assets", input=asset.part)
+                )
+                continue
+            claimed.add(asset.part)
+            data = parts[asset.part]
+        else:
+            if asset.format is None:
+                problems.append(FieldProblem((*loc, "format"), "format is required with data_base64 (png or jpeg)"))
+                continue
+            try:
+                data = base64.b64decode("".join((asset.data_base64 or "").split()), validate=True)
+            except (binascii.Error, ValueError):
+                problems.append(FieldProblem((*loc, "data_base64"), "data_base64 is not valid base64"))
+                continue
+        try:
+            decoded[placeholder] = inspect_image(placeholder, data)
+        except ValueError as error:
+            problems.append(FieldProblem((*loc, "part" if asset.part else "data_base64"), str(error)))
+    for name in sorted(set(parts) - claimed):
+        problems.append(FieldProblem(("body", name), f"multipart part {name!r} is not claimed by any asset"))
+    if problems:
+        raise InvalidRequest(problems)
+    return decoded
+
+
+MAX_IMAGE_PIXELS = 50_000_000
+
+
+def inspect_image(placeholder: str, data: bytes) -> ImageAsset:
+    """Check that bytes are a PNG or JPEG of sane size, reading only the header (never decoding pixels)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            kind = image.format
+            width, height = image.size
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
+        raise ValueError(f"not a readable PNG or JPEG image ({type(error).__name__})") from None
+    formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
+    if kind not in formats:
+        raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
+    if width < 1 or height < 1 or width * height > MAX_IMAGE_PIXELS:
+        raise ValueError(f"image is {width}x{height}; at most {MAX_IMAGE_PIXELS} pixels are accepted")
+    return ImageAsset(placeholder, formats[kind], data, width, height)

@@ -18,8 +18,8 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from canvasread.types import (
     Capabilities,
@@ -47,6 +47,16 @@ class Backend(Protocol[JobT]):
 
 
 AnyBackend = Backend[Any]
+
+
+@runtime_checkable
+class ReportsCounters(Protocol):
+    """Optional: a backend that counts its own work (reads, re-reads, prefix-cache hits...) for `/metrics`.
+
+    Values are monotonic totals since load, keyed by a short snake_case name.
+    """
+
+    def counters(self) -> Mapping[str, float]: ...
 
 
 class FunctionBackend:

@@ -14,7 +14,7 @@ from rich.table import Table
 from canvasread import __version__
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.batching import BatchPolicy
-from canvasread.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+from canvasread.config import DEFAULT_HOST, DEFAULT_PORT, LogFormat, ServerConfig
 from canvasread.decide import DeciderConfig
 from canvasread.errors import CanvasreadError
 from canvasread.registry import EngineOptions, open_decider
@@ -51,11 +51,18 @@ def serve(
     max_pending: Annotated[int, typer.Option(help="Requests in flight per model before answering 529.")] = 1024,
     timeout: Annotated[float, typer.Option(help="Per-request deadline in seconds (504 past it).")] = 120.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_format: Annotated[
+        LogFormat, typer.Option(help="text for people, json (one object a line) for log shippers.")
+    ] = "text",
+    log_payloads: Annotated[
+        bool, typer.Option(help="Also log each request's state and answers (may hold personal data).")
+    ] = False,
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
     import uvicorn
 
     from canvasread.server.app import create_app
+    from canvasread.server.logs import logging_config
 
     decider_config = DeciderConfig(
         decimals=round_to, timeout_s=timeout, batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending)
@@ -66,11 +73,18 @@ def serve(
         EngineOptions(device=device, dtype=dtype),
         load=False,
     )
-    server_config = ServerConfig(host=host, port=port)
+    server_config = ServerConfig(host=host, port=port, log_format=log_format, log_payloads=log_payloads)
     console.print(
         f"canvasread {__version__} on http://{host}:{port} serving {', '.join(s.card.name for s in decider.served)}"
     )
-    uvicorn.run(create_app(decider, server_config), host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        create_app(decider, server_config),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=logging_config(server_config.log_format, log_level),
+        access_log=False,
+    )
 
 
 def _parse_option(text: str) -> tuple[str, str | None]:

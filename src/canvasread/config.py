@@ -12,6 +12,8 @@ DEFAULT_PORT = 8011
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # The hosted API documents no cap; 800 questions in one call has been reported to work.
 DEFAULT_MAX_QUESTIONS = 1024
+# Access-log line format: logfmt text for people, one JSON object a line for log shippers.
+LogFormat = Literal["text", "json"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,7 @@ class ServerConfig:
     max_questions: int = DEFAULT_MAX_QUESTIONS
     api_keys: frozenset[str] = field(default_factory=frozenset, repr=False)
     cors_origins: tuple[str, ...] = ()
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
     log_payloads: bool = False
 
     def __post_init__(self) -> None:

@@ -59,6 +59,8 @@ class Decision:
     answers: dict[str, dict[str, JSONValue]]
     usage: dict[str, int]
     elapsed_s: float
+    # Per-question read counts, for backends whose distributions report `reads` (metrics: reads, re-reads).
+    reads: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, JSONValue]:
         return {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
@@ -201,7 +203,8 @@ class Decider:
                 question, distribution, decimals=self.config.decimals, diagnostics=details
             )
         usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
-        return Decision(card.name, answers, usage, time.monotonic() - started)
+        reads = tuple(int(r) for d in result.distributions if isinstance(r := d.details.get("reads"), int | float))
+        return Decision(card.name, answers, usage, time.monotonic() - started, reads)
 
     def ask(
         self,

@@ -12,12 +12,15 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from canvasread import __version__
@@ -25,10 +28,14 @@ from canvasread.config import ServerConfig
 from canvasread.decide import Decider
 from canvasread.errors import BackendFailure, CanvasreadError, FieldProblem, InvalidRequest
 from canvasread.server.body import decode_content, parse_body, read_limited
+from canvasread.server.logs import AccessLog
+from canvasread.server.metrics import ServerMetrics
+from canvasread.server.observe import ObserveMiddleware, exchange
 from canvasread.server.responses import REQUEST_ID_HEADER, error_response
 from canvasread.wire import ModelList, SystemOneRequest, SystemOneResponse, parse_request
 
 logger = logging.getLogger("canvasread.server")
+STATIC_DIR = Path(__file__).parent / "static"
 
 
 class RequestIdMiddleware:
@@ -91,6 +98,8 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
         description="A self-hosted System One decision server.",
     )
     app.add_middleware(RequestIdMiddleware)
+    metrics = ServerMetrics(decider)
+    app.add_middleware(ObserveMiddleware, sinks=(metrics.record, AccessLog(payloads=config.log_payloads)))
 
     @app.exception_handler(CanvasreadError)
     async def on_canvasread_error(request: Request, error: CanvasreadError) -> Response:
@@ -121,9 +130,12 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
         data = decode_content(raw, request.headers.get("content-encoding", ""), config.max_body_bytes)
         body = parse_body(data, request.headers.get("content-type", ""))
         model, decision_request = parse_request(body.payload, body.parts)
+        seen = exchange(request)
+        seen.model, seen.request = model, decision_request
         if len(decision_request.questions) > config.max_questions:
             raise InvalidRequest.at(("body", "questions"), f"at most {config.max_questions} questions per request")
         decision = await decider.decide(model, decision_request)
+        seen.decision = decision
         return JSONResponse(decision.to_json())
 
     @app.get("/v1/models", response_model=ModelList)
@@ -148,6 +160,17 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
             status_code=503,
         )
 
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        """Prometheus text format; async so the scrape reads the batch queues on their own event loop."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", include_in_schema=False)
+    async def playground() -> FileResponse:
+        """The playground page; it calls /v1/systemone like any client."""
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _document_request_schema(app)
     return app
 

@@ -1,0 +1,423 @@
+// The canvasread playground: builds a System One request, sends it to the same
+// /v1/systemone route clients use, and draws each answer's distribution.
+// Plain ES module, no build step, no network beyond this server.
+
+const EXAMPLES = [
+  {
+    name: "Support ticket",
+    state: "I was charged twice for order 1182 and nobody answers my emails. I want my money back today!",
+    questions: {
+      refund: { type: "noul", instructions: "Is the customer asking for money back?" },
+      team: {
+        type: "choice",
+        instructions: "Which team should handle this?",
+        criteria: { billing: "charges, invoices, refunds", technical: "bugs, outages, login problems", sales: null },
+      },
+      anger: { type: "score", instructions: "How angry is the customer?", criteria: ["calm", "annoyed", "furious"] },
+    },
+  },
+  {
+    name: "Product review (JSON)",
+    state: {
+      product: "Trail running shoes",
+      rating: 2,
+      review: "Comfortable for a week, then the sole came off. Delivery took a month.",
+    },
+    questions: {
+      sentiment: {
+        type: "choice",
+        instructions: "Overall sentiment of the `review`",
+        criteria: { positive: null, neutral: null, negative: null },
+      },
+      shipping: { type: "noul", instructions: "Does the `review` complain about delivery?" },
+      quality: {
+        type: "score",
+        instructions: "How good does the `review` say the product is?",
+        criteria: ["broken", "poor", "fine", "good", "excellent"],
+      },
+    },
+  },
+  {
+    name: "Moderation",
+    state: "Limited offer!!! Click here to claim your free crypto before it's gone.",
+    questions: {
+      spam: {
+        type: "noul",
+        instructions: "Is this message spam?",
+        criteria: { true: "unsolicited advertising or scams", false: null },
+      },
+      topic: {
+        type: "choice",
+        instructions: "What is the message about?",
+        criteria: { finance: null, health: null, sports: null, other: null },
+      },
+    },
+  },
+];
+
+const $ = (selector, root = document) => root.querySelector(selector);
+const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key === "style") Object.assign(node.style, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
+  }
+  node.append(...children.flat(Infinity).filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
+// JSON values (descriptions, legend entries) shown as text.
+const asText = (value) => (value === null || value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value));
+const fixed = (value, digits = 3) => (typeof value === "number" ? value.toFixed(digits) : "–");
+
+// ---- composing questions ---------------------------------------------------------------
+
+let nextQuestion = 1;
+
+function optionRow(kind, name = "", description = "") {
+  const remove = el("button", { type: "button", class: "icon", title: "Remove", "aria-label": "remove option" }, "×");
+  const row = el(
+    "div",
+    { class: "option-row" },
+    kind === "choice"
+      ? el("input", { class: "option-name", placeholder: "label", value: name, "aria-label": "option label" })
+      : el("span", { class: "level-index" }),
+    el("input", {
+      class: "option-description",
+      placeholder: kind === "choice" ? "description (optional)" : "level description",
+      value: asText(description),
+      "aria-label": kind === "choice" ? "option description" : "level",
+    }),
+    remove,
+  );
+  remove.addEventListener("click", () => {
+    const list = row.parentElement;
+    row.remove();
+    renumber(list);
+  });
+  return row;
+}
+
+function renumber(list) {
+  $$(".level-index", list).forEach((span, index) => (span.textContent = String(index)));
+}
+
+function criteriaEditor(kind, criteria) {
+  if (kind === "noul") {
+    const sides = criteria || {};
+    return el(
+      "div",
+      { class: "criteria noul-criteria" },
+      el("label", {}, "true means ", el("input", { class: "noul-true", placeholder: "optional", value: asText(sides.true) })),
+      el("label", {}, "false means ", el("input", { class: "noul-false", placeholder: "optional", value: asText(sides.false) })),
+    );
+  }
+  const list = el("div", { class: "option-list" });
+  const blank = [["", null], ["", null]];
+  const entries = kind === "choice" ? (criteria ? Object.entries(criteria) : blank) : criteria ? criteria.map((d) => ["", d]) : blank;
+  for (const [name, description] of entries) list.append(optionRow(kind, name, description));
+  renumber(list);
+  const add = el("button", { type: "button", class: "link" }, kind === "choice" ? "+ option" : "+ level");
+  add.addEventListener("click", () => {
+    list.append(optionRow(kind));
+    renumber(list);
+  });
+  return el("div", { class: `criteria ${kind}-criteria` }, list, add);
+}
+
+function questionCard(id, question) {
+  const kind = question.type;
+  const type = el(
+    "select",
+    { class: "question-type", "aria-label": "question type" },
+    ...["noul", "choice", "score"].map((k) => el("option", { value: k, selected: k === kind }, k)),
+  );
+  const remove = el("button", { type: "button", class: "icon", title: "Remove question", "aria-label": "remove question" }, "×");
+  const card = el(
+    "div",
+    { class: "question", dataset: { kind } },
+    el(
+      "div",
+      { class: "question-head" },
+      el("input", { class: "question-id", value: id, "aria-label": "question id", spellcheck: "false" }),
+      type,
+      remove,
+    ),
+    el("textarea", { class: "instructions", rows: "1", placeholder: "instructions", "aria-label": "instructions" }, asText(question.instructions)),
+    criteriaEditor(kind, question.criteria),
+  );
+  type.addEventListener("change", () => {
+    card.dataset.kind = type.value;
+    $(".criteria", card).replaceWith(criteriaEditor(type.value));
+  });
+  remove.addEventListener("click", () => card.remove());
+  return card;
+}
+
+function addQuestion(kind) {
+  const card = questionCard(`q${nextQuestion++}`, { type: kind });
+  $("#questions").append(card);
+  $(".instructions", card).focus();
+}
+
+function readQuestion(card) {
+  const kind = card.dataset.kind;
+  const question = { type: kind };
+  const instructions = $(".instructions", card).value.trim();
+  if (instructions) question.instructions = instructions;
+  if (kind === "noul") {
+    const yes = $(".noul-true", card).value.trim();
+    const no = $(".noul-false", card).value.trim();
+    if (yes || no) question.criteria = { true: yes || null, false: no || null };
+  } else if (kind === "choice") {
+    question.criteria = Object.fromEntries(
+      $$(".option-row", card).map((row) => [$(".option-name", row).value.trim(), $(".option-description", row).value.trim() || null]),
+    );
+  } else {
+    question.criteria = $$(".option-description", card).map((input) => input.value.trim());
+  }
+  return question;
+}
+
+function loadExample(example) {
+  const json = typeof example.state !== "string";
+  $(`input[name=state-kind][value=${json ? "json" : "text"}]`).checked = true;
+  $("#state").value = json ? JSON.stringify(example.state, null, 2) : example.state;
+  $("#questions").replaceChildren(...Object.entries(example.questions).map(([id, q]) => questionCard(id, q)));
+  nextQuestion = Object.keys(example.questions).length + 1;
+}
+
+// ---- sending ---------------------------------------------------------------------------
+
+function headers() {
+  const key = $("#api-key").value.trim();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+function buildBody() {
+  const stateText = $("#state").value;
+  let state = stateText;
+  if ($("input[name=state-kind]:checked").value === "json") {
+    try {
+      state = JSON.parse(stateText);
+    } catch (error) {
+      showError("The state is not valid JSON", [{ text: error.message }]);
+      return null;
+    }
+  }
+  const body = { model: $("#model").value || "jev-latest", state, questions: {} };
+  for (const card of $$(".question")) body.questions[$(".question-id", card).value.trim()] = readQuestion(card);
+  if ($("#diagnostics").checked) body.diagnostics = true;
+  const samples = $("#samples").value.trim();
+  if (samples) body.samples = /^\d+$/.test(samples) ? Number(samples) : samples;
+  const seed = $("#seed").value.trim();
+  if (seed) body.seed = /^-?\d+$/.test(seed) ? Number(seed) : seed;
+  return body;
+}
+
+async function send() {
+  const body = buildBody();
+  if (!body) return;
+  const button = $("#send");
+  button.disabled = true;
+  $("#result").classList.add("busy");
+  $("#request-json").textContent = JSON.stringify(body, null, 2);
+  const started = performance.now();
+  try {
+    const response = await fetch("v1/systemone", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...headers() },
+      body: JSON.stringify(body),
+    });
+    const text = await response.text();
+    const latency = performance.now() - started;
+    $("#response-json").textContent = prettyJson(text);
+    let payload = null;
+    try {
+      payload = JSON.parse(text);
+    } catch {
+      // Not JSON (a proxy's error page): shown raw below.
+    }
+    showStatus(response, latency, payload);
+    if (response.ok) showAnswers(payload, body);
+    else showApiError(response.status, payload, text);
+  } catch (error) {
+    showError("Could not reach the server", [{ text: String(error) }]);
+  } finally {
+    button.disabled = false;
+    $("#result").classList.remove("busy");
+  }
+}
+
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
+  }
+}
+
+function showStatus(response, latency, payload) {
+  const parts = [
+    el("span", { class: response.ok ? "ok" : "bad" }, `HTTP ${response.status}`),
+    el("span", { dataset: { field: "latency" } }, `${Math.round(latency)} ms`),
+  ];
+  if (response.ok && payload) {
+    parts.push(el("span", { dataset: { field: "model" } }, payload.model));
+    parts.push(el("span", {}, `${payload.usage.input_tokens} tokens in · ${payload.usage.output_tokens} out`));
+  }
+  const requestId = response.headers.get("x-typesafe-request-id");
+  if (requestId) parts.push(el("span", { class: "muted", title: "x-typesafe-request-id" }, `id ${requestId}`));
+  $("#status").replaceChildren(...parts);
+}
+
+// ---- answers ---------------------------------------------------------------------------
+
+function argmax(values) {
+  return values.reduce((best, value, index) => (value > values[best] ? index : best), 0);
+}
+
+function answerRows(answer, question) {
+  if (answer.type === "noul") {
+    const sides = question?.criteria || {};
+    const chosen = answer.noul >= 0.5 ? "true" : "false";
+    return [
+      { name: "true", label: "true", hint: asText(sides.true), p: answer.noul, chosen: chosen === "true" },
+      { name: "false", label: "false", hint: asText(sides.false), p: 1 - answer.noul, chosen: chosen === "false" },
+    ];
+  }
+  const names = Object.keys(answer.probabilities);
+  const values = Object.values(answer.probabilities);
+  const top = answer.type === "choice" ? names.indexOf(answer.choice) : argmax(values);
+  return names.map((name, index) => ({
+    name,
+    label: answer.type === "score" ? `${name} · ${asText(answer.legend[name])}` : name,
+    hint: answer.type === "choice" ? asText(question?.criteria?.[name]) : "",
+    p: values[index],
+    chosen: index === top,
+  }));
+}
+
+function bar(row) {
+  return el(
+    "div",
+    { class: row.chosen ? "bar-row chosen" : "bar-row", dataset: { option: row.name, probability: String(row.p) } },
+    el("span", { class: "bar-label", title: row.hint || row.label }, row.label),
+    el("div", { class: "bar-track" }, el("div", { class: "bar-fill", style: { width: `${Math.max(0, Math.min(1, row.p)) * 100}%` } })),
+    el("span", { class: "bar-value", title: String(row.p) }, fixed(row.p)),
+  );
+}
+
+function headline(answer) {
+  if (answer.type === "noul") return answer.noul >= 0.5 ? "yes" : "no";
+  if (answer.type === "choice") return answer.choice;
+  return `score ${fixed(answer.score, 2)} of ${Object.keys(answer.probabilities).length - 1}`;
+}
+
+function facts(answer) {
+  const items = [];
+  if (answer.type === "noul") items.push(el("span", {}, "P(true) ", el("b", { dataset: { field: "noul" } }, fixed(answer.noul))));
+  else items.push(el("span", {}, "confidence ", el("b", { dataset: { field: "confidence" } }, fixed(answer.confidence))));
+  if (answer.abstain) items.push(el("span", { class: "badge warn" }, "abstains"));
+  return el("div", { class: "facts" }, items);
+}
+
+function diagnostics(answer) {
+  if (!("diagnostics" in answer)) return null;
+  const entries = Object.entries(answer.diagnostics || {});
+  const body = entries.length
+    ? el("dl", {}, entries.map(([key, value]) => [el("dt", {}, key), el("dd", { dataset: { diagnostic: key } }, typeof value === "number" ? String(value) : JSON.stringify(value))]))
+    : el("p", { class: "muted" }, "This model reports no diagnostics.");
+  return el("details", { class: "diagnostics", open: true }, el("summary", {}, "diagnostics"), body);
+}
+
+function showAnswers(payload, body) {
+  $("#error").hidden = true;
+  $$(".question.invalid").forEach((card) => card.classList.remove("invalid"));
+  const cards = Object.entries(payload.answers).map(([key, answer]) =>
+    el(
+      "article",
+      { class: "answer", dataset: { answer: key, type: answer.type } },
+      el("header", {}, el("h3", {}, key), el("span", { class: `badge ${answer.type}` }, answer.type), el("span", { class: "headline" }, headline(answer))),
+      facts(answer),
+      el("div", { class: "bars" }, answerRows(answer, body.questions[key]).map(bar)),
+      diagnostics(answer),
+    ),
+  );
+  $("#answers").replaceChildren(...cards);
+}
+
+// ---- errors ----------------------------------------------------------------------------
+
+function showError(title, items) {
+  $("#answers").replaceChildren();
+  const list = el(
+    "ul",
+    {},
+    items.map((item) =>
+      el("li", {}, item.loc ? el("code", { class: "loc", dataset: { loc: JSON.stringify(item.loc) } }, item.loc.join(" → ")) : null, " ", el("span", { class: "msg" }, item.text)),
+    ),
+  );
+  $("#error").replaceChildren(el("strong", {}, title), list);
+  $("#error").hidden = false;
+}
+
+function showApiError(status, payload, text) {
+  $$(".question.invalid").forEach((card) => card.classList.remove("invalid"));
+  const detail = payload?.detail;
+  if (Array.isArray(detail)) {
+    showError(`HTTP ${status}: the request is invalid`, detail.map((entry) => ({ loc: entry.loc, text: entry.msg })));
+    for (const entry of detail) {
+      if (entry.loc?.[1] !== "questions") continue;
+      const card = $$(".question").find((c) => $(".question-id", c).value.trim() === String(entry.loc[2]));
+      card?.classList.add("invalid");
+    }
+  } else if (detail && typeof detail === "object") {
+    showError(`HTTP ${status}: ${detail.error_type || "error"}`, [{ text: detail.message || JSON.stringify(detail) }]);
+  } else {
+    showError(`HTTP ${status}`, [{ text: typeof detail === "string" ? detail : text || "(empty response)" }]);
+  }
+}
+
+// ---- start -----------------------------------------------------------------------------
+
+async function loadModels() {
+  const select = $("#model");
+  const previous = select.value;
+  try {
+    const response = await fetch("v1/models", { headers: headers() });
+    if (!response.ok) throw new Error(`GET /v1/models answered HTTP ${response.status}`);
+    const { models } = await response.json();
+    select.replaceChildren(...models.map((m) => el("option", { value: m.name, title: m.description }, m.name)));
+    if (models.some((m) => m.name === previous)) select.value = previous;
+  } catch (error) {
+    select.replaceChildren(el("option", { value: "jev-latest" }, "jev-latest"));
+    showError("Could not list the models", [{ text: error.message }]);
+  }
+}
+
+function start() {
+  const apiKey = $("#api-key");
+  apiKey.value = localStorage.getItem("canvasread.apiKey") || "";
+  apiKey.addEventListener("change", () => {
+    localStorage.setItem("canvasread.apiKey", apiKey.value.trim());
+    loadModels();
+  });
+  const examples = $("#example");
+  examples.replaceChildren(...EXAMPLES.map((example, index) => el("option", { value: String(index) }, example.name)));
+  examples.addEventListener("change", () => loadExample(EXAMPLES[Number(examples.value)]));
+  loadExample(EXAMPLES[0]);
+  for (const button of $$("[data-add]")) button.addEventListener("click", () => addQuestion(button.dataset.add));
+  $("#send").addEventListener("click", send);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) send();
+  });
+  loadModels().then(() => document.body.classList.add("ready"));
+}
+
+start();

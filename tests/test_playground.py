@@ -1,0 +1,178 @@
+"""The playground page in a real headless Chromium (Debian's `chromium`, driven by Playwright).
+
+Screenshots land in `artifacts/` (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from serving import serve_app
+
+from canvasread.backends.base import FunctionBackend
+from canvasread.decide import Decider
+from canvasread.server.app import create_app
+from canvasread.types import DecisionRequest, DecisionResult, Distribution
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+# Flags that keep Chromium offline and quiet in a sandbox-less CI container.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make install-browser` (apt-get install chromium)")
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        assert context.browser is not None
+        yield context.browser
+        context.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+
+
+def open_playground(page: Page, base: str) -> None:
+    page.goto(base + "/")
+    page.wait_for_selector("body.ready")
+
+
+def send(page: Page) -> tuple[int, Any]:
+    """Click Send and return the status and JSON body the page received from /v1/systemone."""
+    with page.expect_response("**/v1/systemone") as caught:
+        page.click("#send")
+    response = caught.value
+    body = response.json()
+    page.wait_for_selector("#answers .answer, #error:not([hidden])")
+    return response.status, body
+
+
+def shown_number(locator: Locator) -> float:
+    return float(locator.inner_text())
+
+
+def check_bars(card: Locator, probabilities: dict[str, float], chosen: str) -> None:
+    rows = card.locator(".bar-row")
+    assert rows.count() == len(probabilities)
+    for index, (name, p) in enumerate(probabilities.items()):
+        row = rows.nth(index)
+        assert row.get_attribute("data-option") == name
+        assert float(row.get_attribute("data-probability") or "nan") == p
+        assert shown_number(row.locator(".bar-value")) == pytest.approx(p, abs=5e-4)
+        width = row.locator(".bar-fill").evaluate("el => el.style.width")
+        assert float(width.removesuffix("%")) == pytest.approx(p * 100, abs=1e-3)
+    assert card.locator(".bar-row.chosen").get_attribute("data-option") == chosen
+
+
+def argmax(values: Sequence[float]) -> int:
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def test_an_example_shows_the_returned_distributions(page: Page, sparrow_server: str) -> None:
+    open_playground(page, sparrow_server)
+    assert page.locator("#model option").first.inner_text() == "sparrow-nano-general-v1.1"
+    page.select_option("#example", label="Product review (JSON)")
+    status, body = send(page)
+    assert status == 200
+
+    answers = body["answers"]
+    assert page.locator(".answer").count() == len(answers) == 3
+    for key, answer in answers.items():
+        card = page.locator(f'.answer[data-answer="{key}"]')
+        if answer["type"] == "noul":
+            p = answer["noul"]
+            check_bars(card, {"true": p, "false": 1 - p}, "true" if p >= 0.5 else "false")
+            assert shown_number(card.locator('[data-field="noul"]')) == pytest.approx(p, abs=5e-4)
+            continue
+        probabilities = answer["probabilities"]
+        names = list(probabilities)
+        chosen = answer["choice"] if answer["type"] == "choice" else names[argmax(list(probabilities.values()))]
+        check_bars(card, probabilities, chosen)
+        assert shown_number(card.locator('[data-field="confidence"]')) == pytest.approx(answer["confidence"], abs=5e-4)
+    assert page.locator('[data-field="model"]').inner_text() == body["model"]
+    assert page.locator('[data-field="latency"]').inner_text().endswith(" ms")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground.png"), full_page=True)
+
+
+def test_an_invalid_question_shows_the_api_error(page: Page, sparrow_server: str) -> None:
+    open_playground(page, sparrow_server)
+    team = page.locator(".question").filter(has=page.locator('.question-id[value="team"]'))
+    remove_buttons = team.locator(".option-row button")
+    while remove_buttons.count():
+        remove_buttons.first.click()
+    status, body = send(page)
+    assert status == 422
+
+    error = page.locator("#error")
+    assert error.is_visible()
+    assert "422" in error.locator("strong").inner_text()
+    items = error.locator("li")
+    assert items.count() == len(body["detail"]) >= 1
+    for index, entry in enumerate(body["detail"]):
+        item = items.nth(index)
+        assert item.locator(".loc").inner_text() == " → ".join(map(str, entry["loc"]))
+        assert item.locator(".msg").inner_text() == entry["msg"]
+    assert ["body", "questions", "team", "choice", "criteria"] in [e["loc"] for e in body["detail"]]
+    assert "invalid" in (team.get_attribute("class") or "")
+    assert page.locator(".answer").count() == 0
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground-error.png"), full_page=True)
+
+
+class DetailedBackend(FunctionBackend):
+    """Answers like a canvas backend with diagnostics: reads and label mass per question."""
+
+    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+        results = super().decide(jobs)
+        return [
+            DecisionResult(
+                tuple(Distribution(d.probabilities, {"reads": 2, "label_mass": 0.93}) for d in result.distributions),
+                result.usage,
+            )
+            for result in results
+        ]
+
+
+def test_diagnostics_are_shown_when_asked(page: Page) -> None:
+    backend = DetailedBackend(lambda request: [[0.2, 0.8] for _ in request.questions], name="detailed")
+    with serve_app(create_app(Decider([backend]))) as base:
+        open_playground(page, base)
+        page.select_option("#example", label="Moderation")
+        page.locator(".question").nth(1).locator(".question-type").select_option("noul")
+        page.check("#diagnostics")
+        status, body = send(page)
+    assert status == 200
+    for key, answer in body["answers"].items():
+        assert answer["diagnostics"]["reads"] == 2
+        card = page.locator(f'.answer[data-answer="{key}"]')
+        shown = card.locator("[data-diagnostic]")
+        assert shown.count() == len(answer["diagnostics"])
+        for name, value in answer["diagnostics"].items():
+            assert json.loads(card.locator(f'[data-diagnostic="{name}"]').inner_text()) == value
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground-diagnostics.png"), full_page=True)

@@ -6,7 +6,6 @@ Screenshots land in `artifacts/` (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,13 +37,11 @@ CHROMIUM_FLAGS = [
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run `make install-browser` (apt-get install chromium)")
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
-        )
-        assert context.browser is not None
-        yield context.browser
-        context.close()
+    with sync_playwright() as playwright:
+        # Playwright gives the browser a fresh temporary --user-data-dir and never downloads one of its own here.
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture

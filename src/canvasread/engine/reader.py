@@ -1,0 +1,159 @@
+"""The in-process `Reader`: schedules canvas reads onto the fused runner, with a bounded prefix cache.
+
+Per distinct prompt in a batch:
+- its full KV is cached (a re-read): every canvas reads it, no prompt work;
+- else the longest cached prefix (the instruction part shared by requests
+  with the same questions) is continued with the rest of the prompt. A prompt
+  with one canvas does that *and* reads the canvas in the same pass; a prompt
+  with several is encoded first, then all its canvases read its KV.
+Encoded prompts are kept (LRU, bounded in bytes) so re-reads and later
+requests with the same questions skip the encoder.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from canvasread.engine.runner import FusedRunner, PromptKV, Row, RowOutput
+from canvasread.readers.base import CanvasRead, SlotLogProbs
+
+
+class KVCache:
+    """LRU map from token prefixes to encoded KV, bounded by total bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[int, ...], PromptKV] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: tuple[int, ...]) -> PromptKV | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[int, ...], kv: PromptKV) -> None:
+        if key in self._entries or kv.nbytes > self.max_bytes:
+            return
+        self._entries[key] = kv
+        self._bytes += kv.nbytes
+        while self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.nbytes
+
+
+@dataclass
+class ReaderCounters:
+    reads: int = 0
+    encoder_runs: int = 0
+    prompt_tokens_encoded: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_misses: int = 0
+    prompt_cache_hits: int = 0
+    passes: int = 0
+
+
+@dataclass
+class _PromptWork:
+    prompt: tuple[int, ...]
+    prefix_length: int
+    reads: list[int] = field(default_factory=list)
+
+
+class InProcessReader:
+    """Executes `CanvasRead`s on a `FusedRunner`; one instance per model replica, used from one thread."""
+
+    def __init__(self, runner: FusedRunner, *, cache_bytes: int = 2 << 30, max_rows: int = 256) -> None:
+        self.runner = runner
+        self.prefixes = KVCache(cache_bytes // 2)
+        self.prompts = KVCache(cache_bytes // 2)
+        self.max_rows = max_rows
+        self.stats = ReaderCounters()
+
+    def counters(self) -> Mapping[str, float]:
+        return dict(vars(self.stats))
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        work: dict[tuple[int, ...], _PromptWork] = {}
+        for index, read in enumerate(reads):
+            work.setdefault(read.prompt_ids, _PromptWork(read.prompt_ids, read.prefix_length)).reads.append(index)
+        results: list[list[SlotLogProbs] | None] = [None] * len(reads)
+
+        first: list[tuple[Row, _PromptWork, int | None]] = []
+        later: list[_PromptWork] = []
+        for item in work.values():
+            cached = self.prompts.get(item.prompt)
+            if cached is not None:
+                self.stats.prompt_cache_hits += 1
+                first += [(self._canvas_row(cached, reads[i]), item, i) for i in item.reads]
+                continue
+            past = self._cached_prefix(item)
+            new_tokens = item.prompt[past.length if past is not None else 0 :]
+            if len(item.reads) == 1:
+                read = reads[item.reads[0]]
+                row = Row(past, new_tokens, read.canvas_ids, _positions(read), _labels(read), keep_kv=True)
+                first.append((row, item, item.reads[0]))
+            else:
+                first.append((Row(past, new_tokens, (), (), (), keep_kv=True), item, None))
+                later.append(item)
+            self.stats.encoder_runs += 1
+            self.stats.prompt_tokens_encoded += len(new_tokens)
+
+        self._execute(first, results)
+        second: list[tuple[Row, _PromptWork, int | None]] = []
+        for item in later:
+            kv = self.prompts.get(item.prompt)
+            assert kv is not None, "an encoded prompt was evicted before its canvases were read"
+            second += [(self._canvas_row(kv, reads[i]), item, i) for i in item.reads]
+        self._execute(second, results)
+        self.stats.reads += len(reads)
+        return [r for r in results if r is not None]
+
+    def _cached_prefix(self, item: _PromptWork) -> PromptKV | None:
+        if item.prefix_length <= 0:
+            return None
+        kv = self.prefixes.get(item.prompt[: item.prefix_length])
+        if kv is None:
+            self.stats.prefix_cache_misses += 1
+        else:
+            self.stats.prefix_cache_hits += 1
+        return kv
+
+    @staticmethod
+    def _canvas_row(kv: PromptKV, read: CanvasRead) -> Row:
+        return Row(kv, (), read.canvas_ids, _positions(read), _labels(read))
+
+    def _execute(
+        self, rows: list[tuple[Row, _PromptWork, int | None]], results: list[list[SlotLogProbs] | None]
+    ) -> None:
+        for start in range(0, len(rows), self.max_rows):
+            chunk = rows[start : start + self.max_rows]
+            outputs = self.runner.run([row for row, _, _ in chunk])
+            self.stats.passes += 1
+            for (_, item, read_index), output in zip(chunk, outputs, strict=True):
+                self._remember(item, output)
+                if read_index is not None:
+                    results[read_index] = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
+
+    def _remember(self, item: _PromptWork, output: RowOutput) -> None:
+        if output.kv is None:
+            return
+        self.prompts.put(item.prompt, output.kv)
+        if 0 < item.prefix_length < len(item.prompt):
+            key = item.prompt[: item.prefix_length]
+            if self.prefixes.get(key) is None:
+                self.prefixes.put(key, output.kv.prefix(item.prefix_length))
+
+
+def _positions(read: CanvasRead) -> tuple[int, ...]:
+    return tuple(slot.position for slot in read.slots)
+
+
+def _labels(read: CanvasRead) -> tuple[tuple[int, ...], ...]:
+    return tuple(slot.label_ids for slot in read.slots)

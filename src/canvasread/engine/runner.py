@@ -1,0 +1,286 @@
+"""The model runner: one pass over the layers that encodes prompt tokens and reads canvases together.
+
+DiffusionGemma's encoder and decoder share their weights, and the decoder's
+layer l reads only the encoder's layer-l keys and values. So a single loop
+over the layers can process, per row, the *uncached* prompt tokens (causal,
+writing KV) and the canvas tokens (bidirectional over prompt + canvas) at
+once, streaming each layer's weights once instead of twice. The LM head runs
+only at slot positions, and only the label columns' log-probabilities leave
+the device.
+
+Attention semantics mirror `DiffusionGemmaForBlockDiffusion` exactly (tests
+compare against it): prompt tokens attend causally, within the sliding window
+on sliding layers; canvas tokens attend to the whole prompt on full layers but
+only to the last `sliding_window - 1` prompt tokens on sliding layers (what
+the decoder sees through a sliding KV cache), and to every canvas token.
+
+This is the only module besides `loader.py` that touches torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class PromptKV:
+    """Keys and values of an encoded prompt (or prefix), per layer, shaped [kv_heads, length, head_dim]."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    length: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def prefix(self, length: int) -> PromptKV:
+        """A copy of the first `length` positions (a copy, so the full prompt's memory can be freed)."""
+        return PromptKV(
+            [k[:, :length].clone() for k in self.keys], [v[:, :length].clone() for v in self.values], length
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One unit of work in a pass: continue `past` with `prompt_ids`, then read `canvas_ids` (if any).
+
+    `slot_positions` index into the canvas; `label_ids[i]` are the token ids
+    whose log-probabilities are wanted at slot i. With `keep_kv` the KV of
+    past + new prompt tokens is returned for caching.
+    """
+
+    past: PromptKV | None
+    prompt_ids: Sequence[int]
+    canvas_ids: Sequence[int]
+    slot_positions: Sequence[int]
+    label_ids: Sequence[Sequence[int]]
+    keep_kv: bool = False
+
+
+@dataclass
+class RowOutput:
+    """Per slot: the full-vocabulary log-probabilities of its label ids (temperature 1)."""
+
+    label_logprobs: list[torch.Tensor]
+    kv: PromptKV | None
+
+
+class FusedRunner:
+    """Runs batches of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        text = model.model.encoder.language_model
+        self.layers = text.layers
+        self.embed = text.embed_tokens
+        self.rotary = text.rotary_emb
+        self.norm = text.norm
+        self.self_conditioning = model.model.decoder.self_conditioning
+        self.lm_head = model.lm_head
+        self.config = text.config
+        self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
+        self.layer_types: list[str] = list(self.config.layer_types)
+        self.window = int(self.config.sliding_window)
+        self.passes = 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.embed.weight.device)
+
+    @torch.inference_mode()
+    def run(self, rows: Sequence[Row]) -> list[RowOutput]:
+        """One pass over the layers for every row; rows of any lengths are padded into one batch."""
+        self.passes += 1
+        device = self.device
+        batch = len(rows)
+        past_lengths = [row.past.length if row.past is not None else 0 for row in rows]
+        prompt_lengths = [len(row.prompt_ids) for row in rows]
+        canvas_lengths = [len(row.canvas_ids) for row in rows]
+        new_lengths = [p + c for p, c in zip(prompt_lengths, canvas_lengths, strict=True)]
+        max_past, max_new = max(past_lengths), max(new_lengths)
+
+        tokens = torch.zeros(batch, max_new, dtype=torch.long)
+        positions = torch.zeros(batch, max_new, dtype=torch.long)
+        is_canvas = torch.zeros(batch, max_new, dtype=torch.bool)
+        for b, row in enumerate(rows):
+            ids = [*row.prompt_ids, *row.canvas_ids]
+            tokens[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            positions[b] = past_lengths[b] + torch.arange(max_new)
+            is_canvas[b, prompt_lengths[b] : new_lengths[b]] = True
+        tokens, positions, is_canvas = tokens.to(device), positions.to(device), is_canvas.to(device)
+        valid = torch.arange(max_new, device=device)[None, :] < torch.tensor(new_lengths, device=device)[:, None]
+
+        masks = {
+            kind: self._mask(kind, past_lengths, prompt_lengths, new_lengths, max_past, max_new)
+            for kind in set(self.layer_types)
+        }
+        hidden = self.embed(tokens)
+        if is_canvas.any():
+            # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
+            conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
+            hidden = torch.where(is_canvas[..., None], conditioned, hidden)
+        rope = {kind: self.rotary(hidden, positions, kind) for kind in set(self.layer_types)}
+
+        new_keys: list[torch.Tensor] = []
+        new_values: list[torch.Tensor] = []
+        for index, layer in enumerate(self.layers):
+            kind = self.layer_types[index]
+            hidden, keys, values = self._layer(layer, hidden, rope[kind], masks[kind], rows, index, max_past, valid)
+            new_keys.append(keys)
+            new_values.append(values)
+
+        return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
+
+    def _mask(
+        self,
+        kind: str,
+        past_lengths: list[int],
+        prompt_lengths: list[int],
+        new_lengths: list[int],
+        max_past: int,
+        max_new: int,
+    ) -> torch.Tensor:
+        """[batch, 1, new, past + new] booleans: which keys each new token may attend to."""
+        device = self.device
+        past = torch.tensor(past_lengths, device=device)[:, None, None]
+        prompt = torch.tensor(prompt_lengths, device=device)[:, None, None]
+        new = torch.tensor(new_lengths, device=device)[:, None, None]
+        query = torch.arange(max_new, device=device)[None, :, None]
+        key = torch.arange(max_past + max_new, device=device)[None, None, :]
+        key_is_past = key < max_past
+        key_new_index = key - max_past
+        key_position = torch.where(key_is_past, key, past + key_new_index)
+        key_valid = torch.where(key_is_past, key < past, key_new_index < new)
+        key_is_prompt = key_valid & (torch.where(key_is_past, key < past, key_new_index < prompt))
+        key_is_canvas = key_valid & ~key_is_past & (key_new_index >= prompt)
+        query_position = past + query
+        query_is_prompt = query < prompt
+        prompt_total = past + prompt
+        sliding = kind == "sliding_attention"
+
+        causal = key_is_prompt & (key_position <= query_position)
+        if sliding:
+            causal &= query_position - key_position < self.window
+        reads_prompt = key_is_prompt
+        if sliding:
+            reads_prompt = reads_prompt & (key_position >= prompt_total - (self.window - 1))
+        from_canvas = reads_prompt | key_is_canvas
+        mask = torch.where(query_is_prompt, causal, from_canvas)
+        # Padding queries attend to themselves only, so no row of the softmax is empty.
+        padding_query = query >= new
+        return torch.where(padding_query, key == max_past + query, mask)[:, None]
+
+    def _layer(
+        self,
+        layer: Any,
+        hidden: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+        rows: Sequence[Row],
+        index: int,
+        max_past: int,
+        valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        residual = hidden
+        attention = layer.self_attn
+        normed = layer.input_layernorm(hidden)
+        batch, length, _ = normed.shape
+        cos, sin = rope
+        query = attention.q_proj(normed).view(batch, length, -1, attention.head_dim)
+        query = _rotate(attention.q_norm(query), cos, sin).transpose(1, 2)
+        raw_keys = attention.k_proj(normed).view(batch, length, -1, attention.head_dim)
+        raw_values = (
+            attention.v_proj(normed).view(batch, length, -1, attention.head_dim)
+            if attention.v_proj is not None
+            else raw_keys
+        )
+        keys = _rotate(attention.k_norm(raw_keys), cos, sin).transpose(1, 2)
+        values = attention.v_norm(raw_values).transpose(1, 2)
+
+        all_keys, all_values = keys, values
+        if max_past:
+            past_keys = keys.new_zeros(batch, keys.shape[1], max_past, keys.shape[-1])
+            past_values = values.new_zeros(batch, values.shape[1], max_past, values.shape[-1])
+            for b, row in enumerate(rows):
+                if row.past is not None:
+                    past_keys[b, :, : row.past.length] = row.past.keys[index]
+                    past_values[b, :, : row.past.length] = row.past.values[index]
+            all_keys = torch.cat([past_keys, keys], dim=2)
+            all_values = torch.cat([past_values, values], dim=2)
+        attended = F.scaled_dot_product_attention(
+            query, all_keys, all_values, attn_mask=mask, scale=1.0, enable_gqa=True
+        )
+        attended = attention.o_proj(attended.transpose(1, 2).reshape(batch, length, -1))
+        hidden = residual + layer.post_attention_layernorm(attended)
+
+        residual = hidden
+        dense = layer.post_feedforward_layernorm_1(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
+        flat = hidden[valid]  # experts only see real tokens, never padding
+        _, weights, experts = layer.router(flat)
+        routed_flat = layer.experts(layer.pre_feedforward_layernorm_2(flat), experts, weights)
+        routed = torch.zeros_like(hidden)
+        routed[valid] = layer.post_feedforward_layernorm_2(routed_flat)
+        hidden = residual + layer.post_feedforward_layernorm(dense + routed)
+        hidden = hidden * layer.layer_scalar
+        return hidden, keys, values
+
+    def _outputs(
+        self,
+        rows: Sequence[Row],
+        hidden: torch.Tensor,
+        new_keys: list[torch.Tensor],
+        new_values: list[torch.Tensor],
+        prompt_lengths: list[int],
+    ) -> list[RowOutput]:
+        slot_rows = [b for b, row in enumerate(rows) for _ in row.slot_positions]
+        slot_columns = [prompt_lengths[b] + p for b, row in enumerate(rows) for p in row.slot_positions]
+        logprobs: list[torch.Tensor] = []
+        if slot_rows:
+            at_slots = self.norm(hidden[slot_rows, slot_columns])
+            logits = self.lm_head(at_slots).float()
+            if self.softcap:
+                logits = torch.tanh(logits / self.softcap) * self.softcap
+            full = torch.log_softmax(logits, dim=-1)
+            wanted = [ids for row in rows for ids in row.label_ids]
+            width = max(len(ids) for ids in wanted)
+            index = torch.tensor([[*ids, *([ids[0]] * (width - len(ids)))] for ids in wanted], device=full.device)
+            gathered = full.gather(1, index).cpu()
+            logprobs = [gathered[i, : len(ids)] for i, ids in enumerate(wanted)]
+        outputs = []
+        cursor = 0
+        for b, row in enumerate(rows):
+            count = len(row.slot_positions)
+            kv = self._kept_kv(row, b, new_keys, new_values, prompt_lengths[b]) if row.keep_kv else None
+            outputs.append(RowOutput(logprobs[cursor : cursor + count], kv))
+            cursor += count
+        return outputs
+
+    @staticmethod
+    def _kept_kv(
+        row: Row, b: int, new_keys: list[torch.Tensor], new_values: list[torch.Tensor], prompt_length: int
+    ) -> PromptKV:
+        keys, values = [], []
+        for index in range(len(new_keys)):
+            fresh_keys = new_keys[index][b, :, :prompt_length]
+            fresh_values = new_values[index][b, :, :prompt_length]
+            if row.past is not None:
+                fresh_keys = torch.cat([row.past.keys[index], fresh_keys], dim=1)
+                fresh_values = torch.cat([row.past.values[index], fresh_values], dim=1)
+            keys.append(fresh_keys.clone())
+            values.append(fresh_values.clone())
+        past_length = row.past.length if row.past is not None else 0
+        return PromptKV(keys, values, past_length + prompt_length)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on [batch, length, heads, dim] (the model's own formula, applied to the rotated part)."""
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

@@ -1,0 +1,275 @@
+"""Planning a canvas read: the prompt, the canvases, the verified label slots, and seeded noise.
+
+The prompt is the model's chat template with thinking off: a system turn that
+lists every question with its labels (option names and descriptions beside
+them) and the state as the user turn. A canvas is the answer's fixed text —
+the empty thought block, one `name: label` line per question, end-of-turn,
+padding — where only the label slots hold noise. Requests with the same
+questions share the system turn, so its tokens form the cacheable prefix and
+their canvases and labels are planned once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.labels import (
+    LabelError,
+    SlotSpec,
+    VerifiedSlot,
+    choice_label_pool,
+    initial_labels,
+    verify_canvas,
+)
+from canvasread.tokenizer import Tokenizer
+from canvasread.types import DecisionRequest, JSONValue, Question
+
+CANVAS_HEAD = "<|channel>thought\n<channel|>"
+CANVAS_TAIL = "<turn|>"
+# Canvas widths are rounded up to a multiple of 16: fewer distinct shapes for kernels and CUDA graphs.
+CANVAS_ALIGN = 16
+# Past this many questions the canvas names questions by number (as djev's "indexed" template does).
+COMPACT_AFTER = 10
+SIMPLE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
+STATE_MARKER = "\x00state\x00"
+
+SYSTEM_INTRO = (
+    "You are a decision model. The user's message is the state. Answer every question below about the state "
+    "by choosing exactly one of the labels listed for that question.\n"
+    "Write one line per question, in the order given: the question's name, a colon, a space, then the label, "
+    "and nothing else."
+)
+KIND_HEADERS = {"noul": "yes or no", "choice": "choose one", "score": "score from 0 (lowest) to {top}"}
+
+
+def as_text(value: JSONValue) -> str:
+    """Strings as they are; JSON values compact, non-ASCII kept."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def question_digest(question: Question) -> str:
+    """A hash of what a question asks (not its key), so noise can follow the question wherever it is placed."""
+    content = [question.kind, question.instructions, [[o.name, o.description] for o in question.options]]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PlannedQuestion:
+    question: Question
+    name: str
+    labels: tuple[str, ...]
+    label_ids: tuple[int, ...]
+    canvas: int
+    position: int
+    digest: str
+
+
+@dataclass(frozen=True)
+class PlannedCanvas:
+    """Token ids padded to the canvas width; each slot holds its first label until noise replaces it."""
+
+    ids: tuple[int, ...]
+    questions: tuple[int, ...]
+    text_tokens: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What depends only on the questions: shared by every request that asks them."""
+
+    system: str
+    questions: tuple[PlannedQuestion, ...]
+    canvases: tuple[PlannedCanvas, ...]
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    prompt_ids: tuple[int, ...]
+    prefix_length: int
+    layout: Layout
+
+    @property
+    def questions(self) -> tuple[PlannedQuestion, ...]:
+        return self.layout.questions
+
+    @property
+    def canvases(self) -> tuple[PlannedCanvas, ...]:
+        return self.layout.canvases
+
+
+class Planner:
+    """Builds `ReadPlan`s for one tokenizer and canvas length, caching layouts by question set."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, *, canvas_length: int, max_positions: int | None, cache_size: int = 512
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.canvas_length = canvas_length
+        self.max_positions = max_positions
+        self._layouts: OrderedDict[str, Layout] = OrderedDict()
+        self._cache_size = cache_size
+        self._overhead = len(tokenizer.encode(CANVAS_HEAD)) + len(tokenizer.encode(CANVAS_TAIL))
+        self._pool = choice_label_pool(tokenizer)
+
+    def plan(self, request: DecisionRequest) -> ReadPlan:
+        layout = self.layout(request.questions)
+        prompt_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, as_text(request.state)))
+        prompt_ids = self.tokenizer.encode(prompt_text)
+        prefix_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, STATE_MARKER))
+        prefix_ids = self.tokenizer.encode(prefix_text.split(STATE_MARKER)[0])
+        prefix_length = next(
+            (i for i, (a, b) in enumerate(zip(prefix_ids, prompt_ids, strict=False)) if a != b),
+            min(len(prefix_ids), len(prompt_ids)),
+        )
+        width = max(len(canvas.ids) for canvas in layout.canvases)
+        if self.max_positions is not None and len(prompt_ids) + width > self.max_positions:
+            raise InvalidRequest.at(
+                ("body", "state"),
+                f"the state and questions take {len(prompt_ids)} tokens and "
+                f"the answer {width}; this model reads at most {self.max_positions}",
+            )
+        return ReadPlan(tuple(prompt_ids), prefix_length, layout)
+
+    def layout(self, questions: Sequence[Question]) -> Layout:
+        key = json.dumps([[q.key, question_digest(q)] for q in questions], ensure_ascii=False)
+        cached = self._layouts.get(key)
+        if cached is not None:
+            self._layouts.move_to_end(key)
+            return cached
+        layout = self._build_layout(questions)
+        self._layouts[key] = layout
+        if len(self._layouts) > self._cache_size:
+            self._layouts.popitem(last=False)
+        return layout
+
+    @staticmethod
+    def _strip_thought(prompt: str) -> str:
+        """The canvas carries the empty thought block, so a template that adds it to the prompt loses it here."""
+        return prompt.removesuffix(CANVAS_HEAD)
+
+    def _build_layout(self, questions: Sequence[Question]) -> Layout:
+        compact = len(questions) > COMPACT_AFTER or not all(SIMPLE_KEY.fullmatch(q.key) for q in questions)
+        names = [str(i + 1) if compact else q.key for i, q in enumerate(questions)]
+        labels: list[list[str]] = []
+        for question in questions:
+            try:
+                labels.append(initial_labels(question.kind, question.option_names, self._pool))
+            except LabelError as error:
+                raise _label_problem(question, error) from None
+        groups = self._pack(names, labels)
+        planned: dict[int, PlannedQuestion] = {}
+        canvases = []
+        for canvas_index, group in enumerate(groups):
+            ids, verified = self._verify(questions, names, labels, group)
+            width = min(self.canvas_length, math.ceil(len(ids) / CANVAS_ALIGN) * CANVAS_ALIGN)
+            if len(ids) > self.canvas_length:
+                raise InvalidRequest.at(("body", "questions"), "a question's answer line does not fit in a canvas")
+            canvases.append(
+                PlannedCanvas(tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids)), tuple(group), len(ids))
+            )
+            for q_index, slot in zip(group, verified, strict=True):
+                question = questions[q_index]
+                planned[q_index] = PlannedQuestion(
+                    question,
+                    names[q_index],
+                    slot.labels,
+                    slot.label_ids,
+                    canvas_index,
+                    slot.position,
+                    question_digest(question),
+                )
+        ordered = tuple(planned[i] for i in range(len(questions)))
+        return Layout(self._system_text(ordered, compact), ordered, tuple(canvases))
+
+    def _pack(self, names: Sequence[str], labels: Sequence[Sequence[str]]) -> list[list[int]]:
+        """Greedy: consecutive questions share a canvas while their lines fit (a token of slack per line)."""
+        lines = [f"{name}: {ls[0]}\n" for name, ls in zip(names, labels, strict=True)]
+        sizes = [len(ids) + 1 for ids in self.tokenizer.encode_batch(lines)]
+        budget = self.canvas_length - self._overhead
+        groups: list[list[int]] = [[]]
+        used = 0
+        for index, size in enumerate(sizes):
+            if groups[-1] and used + size > budget:
+                groups.append([])
+                used = 0
+            groups[-1].append(index)
+            used += size
+        return groups
+
+    def _verify(
+        self, questions: Sequence[Question], names: Sequence[str], labels: list[list[str]], group: Sequence[int]
+    ) -> tuple[list[int], list[VerifiedSlot]]:
+        text, slots = CANVAS_HEAD, []
+        for position, q_index in enumerate(group):
+            text += f"{names[q_index]}: "
+            slots.append(SlotSpec(len(text), tuple(labels[q_index]), questions[q_index].kind == "choice"))
+            text += "\n" if position < len(group) - 1 else ""
+        text += CANVAS_TAIL
+        try:
+            ids, verified = verify_canvas(self.tokenizer, text, slots, self._pool)
+        except LabelError as error:
+            culprit = questions[group[error.slot]] if error.slot is not None else None
+            raise _label_problem(culprit, error) from None
+        for q_index, slot in zip(group, verified, strict=True):
+            labels[q_index] = list(slot.labels)
+        return ids, verified
+
+    @staticmethod
+    def _system_text(questions: Sequence[PlannedQuestion], compact: bool) -> str:
+        blocks = [SYSTEM_INTRO]
+        for planned in questions:
+            question = planned.question
+            header = KIND_HEADERS[question.kind].format(top=len(question.options) - 1)
+            title = f"Question {planned.name}" if compact else f"Question `{planned.name}`"
+            lines = [f"[{title}] {header}"]
+            if question.instructions is not None:
+                lines.append(f"Instructions: {as_text(question.instructions)}")
+            for label, option in zip(planned.labels, question.options, strict=True):
+                lines.append(f"{label}: {_describe(question, option.name, option.description)}")
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
+
+def _describe(question: Question, name: str, description: JSONValue) -> str:
+    if question.kind == "choice":
+        return name if description is None else f"{name} — {as_text(description)}"
+    if question.kind == "score":
+        return as_text(description)
+    default = "the statement holds" if name == "true" else "the statement does not hold"
+    return default if description is None else as_text(description)
+
+
+def _label_problem(question: Question | None, error: LabelError) -> InvalidRequest:
+    if question is None:
+        return InvalidRequest.at(("body", "questions"), f"the questions cannot be labelled in one canvas: {error}")
+    loc = ("body", "questions", question.key, question.kind, "criteria")
+    return InvalidRequest([FieldProblem(loc, f"question {question.key!r} cannot be labelled: {error}")])
+
+
+def noisy_canvas(
+    canvas: PlannedCanvas, questions: Sequence[PlannedQuestion], *, vocab_size: int, seed: int, read: int
+) -> tuple[int, ...]:
+    """The canvas with uniform random token ids at its slots.
+
+    Each slot's noise is drawn from a generator seeded by (request seed, read
+    number, question digest), so it follows the question's content, not its
+    place: the same seed gives the same answer, and reordering or rotating
+    other questions leaves it alone.
+    """
+    ids = list(canvas.ids)
+    for q_index in canvas.questions:
+        planned = questions[q_index]
+        material = f"{seed}|{read}|{planned.digest}".encode()
+        rng = random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
+        ids[planned.position] = rng.randrange(vocab_size)
+    return tuple(ids)

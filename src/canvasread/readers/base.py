@@ -1,0 +1,59 @@
+"""The `Reader` protocol: canvas reads in, slot log-probabilities out (the token-level seam).
+
+Everything above it — labels, prompt, canvas, noise, readout — is shared by
+the in-process engine and the vLLM proxy; only how a read is executed differs.
+
+Contract for `read(reads)`:
+- every `CanvasRead` is one read-only denoising step of `canvas_ids` given the
+  encoded `prompt_ids` (temperature 1, no self-conditioning);
+- the result has, for each slot in order, the full-vocabulary log-probability
+  of each of that slot's `label_ids` (so `exp` of them sums to the label mass,
+  at most 1);
+- reads that share `prompt_ids` may share one encoding of the prompt; the
+  first `prefix_length` tokens are the part shared across requests that ask the
+  same questions, worth caching.
+- all reads given in one call belong together (one request's canvases, or one
+  batch of requests) and should be executed as one batch where possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A noisy position in the canvas and the token ids of the labels that may fill it."""
+
+    position: int
+    label_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CanvasRead:
+    prompt_ids: tuple[int, ...]
+    prefix_length: int
+    canvas_ids: tuple[int, ...]
+    slots: tuple[Slot, ...]
+
+
+@dataclass(frozen=True)
+class SlotLogProbs:
+    """Full-vocabulary log-probabilities of one slot's labels, in label order."""
+
+    label_logprobs: tuple[float, ...]
+
+
+class Reader(Protocol):
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...
+
+
+@runtime_checkable
+class ReaderWithCounters(Protocol):
+    """A reader that counts its own work (encoder runs, cache hits) for metrics and tests."""
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...
+
+    def counters(self) -> Mapping[str, float]: ...

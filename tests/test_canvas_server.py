@@ -1,0 +1,84 @@
+"""`canvasread serve --model <tiny checkpoint>` answers the official SDK: all types, 64+ questions, 255 options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from serving import serve_cli
+from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
+
+ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_checkpoint: Path) -> Iterator[str]:
+    with serve_cli("--model", str(tiny_checkpoint)) as base:
+        yield base
+
+
+def test_sdk_gets_all_three_types(tiny_server: str) -> None:
+    with TypeSafeClient(base_url=tiny_server, api_key="local") as client:
+        assert client.models.list().models[0].name == "tiny-diffusiongemma0"
+        result = client.system_one(
+            {"ticket": "Charged twice for order 1182", "customer": "Zoë"},
+            {
+                "refund": Noul(instructions="Is the customer asking for money back?"),
+                "team": Choice(instructions="Which team?", criteria={"billing": "charges", "technical": None}),
+                "anger": Score(instructions="How angry?", criteria=["calm", "annoyed", "furious"]),
+            },
+        )
+    assert result.model == "tiny-diffusiongemma0"
+    assert 0.0 <= result.nouls["refund"].noul <= 1.0
+    assert sum(result.choices["team"].probabilities.values()) == pytest.approx(1.0)
+    assert result.scores["anger"].legend == {0: "calm", 1: "annoyed", 2: "furious"}
+    assert result.usage.input_tokens > 20 and result.usage.output_tokens > 5
+
+
+def test_64_questions_and_a_255_option_choice_in_one_request(tiny_server: str) -> None:
+    questions: dict[str, object] = {f"q{i}": Noul(instructions=f"Is statement {i} true?") for i in range(64)}
+    questions["intent"] = Choice(instructions="Which intent?", criteria={f"intent_{i}": None for i in range(255)})
+    with TypeSafeClient(base_url=tiny_server, api_key="local") as client:
+        result = client.system_one("A long support conversation.", questions)  # type: ignore[arg-type]
+    assert len(result.answers) == 65
+    assert len(result.choices["intent"].probabilities) == 255
+    assert sum(result.choices["intent"].probabilities.values()) == pytest.approx(1.0)
+
+
+def test_diagnostics_and_seed_extensions(tiny_server: str) -> None:
+    body = {
+        "model": "jev-latest",
+        "state": "hello",
+        "seed": 7,
+        "samples": 2,
+        "diagnostics": True,
+        "questions": {"greeting": {"type": "noul", "instructions": "Is this a greeting?"}},
+    }
+    first = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60).json()
+    second = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60).json()
+    details = first["answers"]["greeting"]["diagnostics"]
+    assert first["answers"]["greeting"]["noul"] == second["answers"]["greeting"]["noul"]
+    assert details["stderr"] == second["answers"]["greeting"]["diagnostics"]["stderr"]
+    assert details["reads"] == 2 and details["labels"] == {"true": "yes", "false": "no"}
+    assert 0.0 < details["label_mass"] <= 1.0
+    plain = httpx.post(tiny_server + "/v1/systemone", json={**body, "diagnostics": False}, timeout=60).json()
+    assert "diagnostics" not in plain["answers"]["greeting"]
+
+
+def test_images_to_a_checkpoint_without_vision_support_are_refused(tiny_server: str) -> None:
+    body = {
+        "model": "jev-latest",
+        "state": "photo <image:1>",
+        "questions": {"q": {"type": "noul", "instructions": "x"}},
+        "assets": {
+            "<image:1>": {
+                "type": "image",
+                "format": "png",
+                "data_base64": ONE_PIXEL_PNG,
+            }
+        },
+    }
+    response = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60)
+    assert response.status_code == 422 and "cannot see images" in response.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,10 +15,12 @@ from rich.table import Table
 from canvasread import __version__
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.batching import BatchPolicy
+from canvasread.calibration import Calibration
 from canvasread.config import DEFAULT_HOST, DEFAULT_PORT, LogFormat, ServerConfig
 from canvasread.decide import DeciderConfig
 from canvasread.errors import CanvasreadError
 from canvasread.registry import EngineOptions, open_decider
+from canvasread.types import OrderMode
 
 app = typer.Typer(
     help="canvasread: a self-hosted System One decision server.",
@@ -57,6 +60,10 @@ def serve(
     log_payloads: Annotated[
         bool, typer.Option(help="Also log each request's state and answers (may hold personal data).")
     ] = False,
+    calibration: Annotated[
+        list[Path] | None,
+        typer.Option(help="Calibration file from `canvasread calibrate`, applied to its model's answers (repeatable)."),
+    ] = None,
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
     import uvicorn
@@ -73,6 +80,12 @@ def serve(
         EngineOptions(device=device, dtype=dtype),
         load=False,
     )
+    try:
+        for path in calibration or []:
+            decider.use_calibration(Calibration.load(path))
+    except (CanvasreadError, ValueError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(1) from None
     server_config = ServerConfig(host=host, port=port, log_format=log_format, log_payloads=log_payloads)
     console.print(
         f"canvasread {__version__} on http://{host}:{port} serving {', '.join(s.card.name for s in decider.served)}"
@@ -219,6 +232,100 @@ def models(
     for entry in reply.json()["models"]:
         table.add_row(entry["name"], entry["release_date"], entry["description"])
     console.print(table)
+
+
+def _command_line() -> str:
+    return shlex.join(["canvasread", *sys.argv[1:]])
+
+
+def _print_report(report: dict[str, Any], out: Path) -> None:
+    table = Table("metric", "value", title=f"{report['run']['model']}: {report['n']} decisions")
+    keys = ("accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms", "abstentions", "errors")
+    for key in (*keys, "flip_rate", "mean_probability_shift"):
+        if report.get(key) is not None:
+            table.add_row(key, f"{report[key]:.4f}" if isinstance(report[key], float) else str(report[key]))
+    console.print(table)
+    console.print(f"wrote {out / 'report.json'}, {out / 'report.md'} and {out / 'reliability.png'}")
+
+
+@app.command("eval")
+def eval_command(
+    data: Annotated[Path, typer.Argument(help="JSONL of labelled decisions (`canvasread banking77` writes one).")],
+    out: Annotated[Path, typer.Option(help="Folder for report.json, report.md and reliability.png.")] = Path("eval"),
+    url: Annotated[str | None, typer.Option(help="Evaluate a running server instead of a model in process.")] = None,
+    model: Annotated[str, typer.Option(help="Model name; in process, a model spec as for serve.")] = "default",
+    api_key: Annotated[str, typer.Option(envvar="TYPESAFE_API_KEY", help="API key for --url.")] = "local",
+    calibration: Annotated[Path | None, typer.Option(help="In process: apply this calibration file.")] = None,
+    order: Annotated[OrderMode | None, typer.Option(help="Send this order mode with every request.")] = None,
+    order_check: Annotated[
+        bool, typer.Option(help="Re-ask choice questions with options reversed and shuffled; report flips.")
+    ] = False,
+    min_confidence: Annotated[
+        float | None, typer.Option(help="Set min_confidence on questions that lack it; count abstentions.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Decisions asked at once.")] = 8,
+    limit: Annotated[int | None, typer.Option(help="Only the first N decisions.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the order check's shuffles.")] = 0,
+) -> None:
+    """Score a model on labelled decisions: accuracy, ECE, Brier, log loss, latency, order stability."""
+    from canvasread.eval.pipeline import RunOptions, evaluate
+
+    options = RunOptions(data, model, url, api_key, order, concurrency, limit, seed, _command_line())
+    try:
+        report = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
+    except (CanvasreadError, ValueError, OSError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(1) from None
+    _print_report(report, out)
+
+
+@app.command()
+def calibrate(
+    data: Annotated[Path, typer.Argument(help="JSONL of labelled decisions to fit and test on.")],
+    out: Annotated[Path, typer.Option(help="Where to write the calibration file.")] = Path("calibration.json"),
+    model: Annotated[str, typer.Option(help="Model spec as for serve (run in process).")] = "default",
+    holdout: Annotated[float, typer.Option(help="Share of decisions held out to measure ECE before/after.")] = 0.3,
+    order: Annotated[OrderMode | None, typer.Option(help="Fit on answers read in this order mode.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Decisions asked at once.")] = 8,
+    limit: Annotated[int | None, typer.Option(help="Only the first N decisions.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fit/held-out split.")] = 0,
+) -> None:
+    """Fit temperature scaling per (question type, option-count bucket); report held-out ECE before and after."""
+    from canvasread.eval.pipeline import RunOptions
+    from canvasread.eval.pipeline import calibrate as fit
+
+    options = RunOptions(data, model, None, "local", order, concurrency, limit, seed, _command_line())
+    try:
+        result = fit(options, out, holdout=holdout)
+    except (CanvasreadError, ValueError, OSError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(1) from None
+    table = Table("bucket", "fit", "held out", "temperature", "ECE before", "ECE after", title=result.model)
+    for name, entry in result.fit["buckets"].items():
+        held = entry["held_out"]
+        temperature = "—" if entry["temperature"] is None else f"{entry['temperature']:.3f}"
+        before, after = (f"{held[k]:.4f}" if k in held else "—" for k in ("ece_before", "ece_after"))
+        table.add_row(name, str(entry["n_fit"]), str(entry["n_held_out"]), temperature, before, after)
+    console.print(table)
+    console.print(f"wrote {out} (fingerprint {result.fingerprint})")
+
+
+@app.command()
+def banking77(
+    out: Annotated[Path, typer.Argument(help="JSONL file to write.")],
+    source: Annotated[Path, typer.Option(help="Folder with the Banking77 CSVs and categories.json.")] = Path(
+        "../shared/data/banking77"
+    ),
+    split: Annotated[str, typer.Option(help="train or test.")] = "test",
+    per_intent: Annotated[int | None, typer.Option(help="Keep the first N rows of each intent.")] = None,
+) -> None:
+    """Convert Banking77 to eval JSONL: one 77-way choice per message."""
+    from canvasread.eval.dataset import BANKING77_CITATION, write_jsonl
+    from canvasread.eval.dataset import banking77 as convert
+
+    lines = convert(source, split, per_intent)
+    write_jsonl(lines, out)
+    console.print(f"wrote {len(lines)} decisions to {out}. Data: {BANKING77_CITATION}.")
 
 
 @app.command()

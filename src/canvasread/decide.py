@@ -1,8 +1,9 @@
 """`Decider`: from a validated request to Jev-shaped answers, around whichever backend serves the model.
 
 Reads top to bottom like the request does: resolve the model, check the
-request against the backend's capabilities, queue it for a batch, turn the
-distributions into answers. No HTTP and no torch here.
+request against the backend's capabilities, expand option rotations, queue it
+for a batch, fold the rotations back, calibrate, turn the distributions into
+answers. No HTTP and no torch here.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend
+from canvasread.backends.base import AnyBackend, HasFingerprint
 from canvasread.batching import BatchPolicy, BatchQueue
-from canvasread.errors import DeadlineExceeded, FieldProblem, InvalidRequest, ModelNotFound, NotReady
+from canvasread.calibration import Calibration, calibrate
+from canvasread.errors import (
+    CalibrationMismatch,
+    DeadlineExceeded,
+    FieldProblem,
+    InvalidRequest,
+    ModelNotFound,
+    NotReady,
+)
+from canvasread.rotation import plan_rotations
 from canvasread.types import DecisionRequest, DecisionResult, JSONValue, ModelCard
 from canvasread.wire import parse_request
 
@@ -45,6 +55,7 @@ class ServedModel:
     loaded: threading.Event = field(default_factory=threading.Event)
     load_error: str | None = None
     load_seconds: float | None = None
+    calibration: Calibration | None = None
 
     @property
     def card(self) -> ModelCard:
@@ -109,6 +120,24 @@ class Decider:
             raise ModelNotFound(f"model {name!r} is not served here; served models: {names}")
         return served
 
+    def use_calibration(self, calibration: Calibration) -> None:
+        """Apply `calibration` to every answer of the model it was fit for; refuse it for any other model."""
+        served = self._models.get(calibration.model)
+        if served is None:
+            raise CalibrationMismatch(
+                f"the calibration was fit for {calibration.model!r}, which is not served here "
+                f"(served: {', '.join(self._models)}); fit one for the served model with `canvasread calibrate`"
+            )
+        if not isinstance(served.backend, HasFingerprint):
+            raise CalibrationMismatch(f"{calibration.model} has no fingerprint, so no calibration can be checked")
+        fingerprint = served.backend.fingerprint()
+        if fingerprint != calibration.fingerprint:
+            raise CalibrationMismatch(
+                f"the calibration was fit for {calibration.model} with fingerprint {calibration.fingerprint}, "
+                f"but the served weights/config have {fingerprint}; refit it with `canvasread calibrate`"
+            )
+        served.calibration = calibration
+
     # ---- lifecycle ----------------------------------------------------------------------
     def load(self) -> None:
         """Load every backend (slow; run it in a thread). A failure is kept and reported by `ready`."""
@@ -154,12 +183,13 @@ class Decider:
         if not served.loaded.is_set():
             raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not ready")
         self._check_capabilities(served.card, request)
-        job = await asyncio.to_thread(served.backend.prepare, request)
+        rotations = plan_rotations(request)
+        job = await asyncio.to_thread(served.backend.prepare, rotations.request)
         try:
             result = await asyncio.wait_for(served.queue.submit(job), self.config.timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(f"no answer within {self.config.timeout_s:g}s; the request was dropped") from None
-        return self._assemble(served.card, request, result, started)
+        return self._assemble(served, request, rotations.fold(result), started)
 
     def decide_now(self, model: str, request: DecisionRequest) -> Decision:
         """Answer one request in the calling thread, without queueing (library and CLI use)."""
@@ -168,8 +198,9 @@ class Decider:
         if not served.loaded.is_set():
             raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not loaded")
         self._check_capabilities(served.card, request)
-        [result] = served.backend.decide([served.backend.prepare(request)])
-        return self._assemble(served.card, request, result, started)
+        rotations = plan_rotations(request)
+        [result] = served.backend.decide([served.backend.prepare(rotations.request)])
+        return self._assemble(served, request, rotations.fold(result), started)
 
     @staticmethod
     def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
@@ -195,16 +226,19 @@ class Decider:
         if problems:
             raise InvalidRequest(problems)
 
-    def _assemble(self, card: ModelCard, request: DecisionRequest, result: DecisionResult, started: float) -> Decision:
+    def _assemble(
+        self, served: ServedModel, request: DecisionRequest, result: DecisionResult, started: float
+    ) -> Decision:
         answers = {}
-        for question, distribution in zip(request.questions, result.distributions, strict=True):
+        for question, read in zip(request.questions, result.distributions, strict=True):
+            distribution = calibrate(served.calibration, question, read)
             details = distribution.details if request.policy.diagnostics else None
             answers[question.key] = build_answer(
                 question, distribution, decimals=self.config.decimals, diagnostics=details
             )
         usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
         reads = tuple(int(r) for d in result.distributions if isinstance(r := d.details.get("reads"), int | float))
-        return Decision(card.name, answers, usage, time.monotonic() - started, reads)
+        return Decision(served.card.name, answers, usage, time.monotonic() - started, reads)
 
     def ask(
         self,

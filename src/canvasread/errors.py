@@ -107,3 +107,9 @@ class MissingExtra(CanvasreadError):
     """An optional dependency is not installed; the message says what to install."""
 
     error_type = "missing_dependency"
+
+
+class CalibrationMismatch(CanvasreadError):
+    """A calibration file fit for another model (or other weights) than the one served; refused at startup."""
+
+    error_type = "calibration_mismatch"

@@ -59,6 +59,18 @@ class ReportsCounters(Protocol):
     def counters(self) -> Mapping[str, float]: ...
 
 
+@runtime_checkable
+class HasFingerprint(Protocol):
+    """Optional: a stable hash of everything that shapes the backend's probabilities (weights, config).
+
+    A calibration file records it and is refused by a backend whose fingerprint
+    differs. It must work before `load()` and stay cheap at startup: hash a
+    weights index and config, not tens of GB of weights. Format: `"sha256:<hex>"`.
+    """
+
+    def fingerprint(self) -> str: ...
+
+
 class FunctionBackend:
     """A backend made from a function of one request: the test seam for everything above backends."""
 

@@ -7,8 +7,10 @@ so its model card says so; serve a DiffusionGemma checkpoint for real work.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from canvasread.types import (
@@ -76,6 +78,12 @@ class SparrowBackend:
         from sparrow_decider import Decider
 
         self._decider = Decider.load(self._model_name)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the .sparrow file: weights, tokenizer and config all live inside it."""
+        from sparrow_decider import _resolve  # the wheel's own name → file lookup (pinned version)
+
+        return "sha256:" + hashlib.sha256(Path(_resolve(self._model_name)).read_bytes()).hexdigest()
 
     def prepare(self, request: DecisionRequest) -> DecisionRequest:
         return request

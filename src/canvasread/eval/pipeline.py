@@ -1,0 +1,140 @@
+"""What `canvasread eval` and `canvasread calibrate` do, without the flags: load, ask, score, write.
+
+The CLI only turns flags into the option objects below, so the same runs can
+be scripted from Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from canvasread.backends.base import HasFingerprint
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.calibration import Calibration
+from canvasread.decide import DEFAULT_ALIASES, Decider
+from canvasread.errors import CalibrationMismatch
+from canvasread.eval.calibrate import fit_calibration
+from canvasread.eval.dataset import EvalItem, load_items
+from canvasread.eval.plots import reliability_diagram, require_matplotlib
+from canvasread.eval.report import build_report, write_report
+from canvasread.eval.runner import RunResult, http_asker, local_asker, run_items
+from canvasread.registry import open_decider
+from canvasread.types import OrderMode
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Which decisions to ask, of what, and how; shared by eval and calibrate."""
+
+    data: Path
+    model: str = "default"
+    url: str | None = None
+    api_key: str = "local"
+    order: OrderMode | None = None
+    concurrency: int = 8
+    limit: int | None = None
+    seed: int = 0
+    command: str = ""
+
+
+def file_sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _local_decider(model: str, calibration: Path | None = None) -> Decider:
+    """The model in process (`default` is the embedded one), with a calibration file applied if given."""
+    decider = open_decider((DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model,))
+    if calibration is not None:
+        decider.use_calibration(Calibration.load(calibration))
+    return decider
+
+
+async def _ask_all(
+    items: list[EvalItem], options: RunOptions, decider: Decider | None, order_check: bool, console: Console
+) -> RunResult:
+    settings: dict[str, Any] = {
+        "order": options.order,
+        "order_check": order_check,
+        "concurrency": options.concurrency,
+        "seed": options.seed,
+        "console": console,
+    }
+    if decider is None:
+        assert options.url is not None
+        async with http_asker(options.url, options.api_key) as asker:
+            return await run_items(items, asker, model=options.model, **settings)
+    async with local_asker(decider) as asker:
+        return await run_items(items, asker, model="default", **settings)
+
+
+def _run_record(options: RunOptions, items: list[EvalItem]) -> dict[str, Any]:
+    return {
+        "command": options.command,
+        "data": str(options.data),
+        "data_sha256": file_sha256(options.data),
+        "decisions": len(items),
+        "source": options.url or "in-process",
+        "order": options.order or "as-given",
+        "concurrency": options.concurrency,
+        "seed": options.seed,
+    }
+
+
+def evaluate(
+    options: RunOptions,
+    out: Path,
+    *,
+    order_check: bool = False,
+    min_confidence: float | None = None,
+    calibration: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Ask every decision, then write report.json, report.md and reliability.png to `out`; returns the report."""
+    require_matplotlib()
+    console = console or Console(stderr=True)
+    if options.url is not None and calibration is not None:
+        raise ValueError("--calibration applies in process; for a server, start it with `serve --calibration`")
+    items = load_items(options.data, options.limit)
+    if min_confidence is not None:
+        items = [replace(i, question={"min_confidence": min_confidence, **i.question}) for i in items]
+    decider = None if options.url is not None else _local_decider(options.model, calibration)
+    result = asyncio.run(_ask_all(items, options, decider, order_check, console))
+    run = {
+        **_run_record(options, items),
+        "min_confidence": min_confidence,
+        "calibration": str(calibration) if calibration else None,
+    }
+    report = build_report(result, run, order_check)
+    write_report(report, out)
+    title = f"{report['run']['model']} on {options.data.name}: n={report['n']}, ECE={report['ece']:.4f}"
+    reliability_diagram(report["ece_bins"], title, out / "reliability.png")
+    return report
+
+
+def calibrate(options: RunOptions, out: Path, *, holdout: float = 0.3, console: Console | None = None) -> Calibration:
+    """Read the labelled decisions in process, fit temperatures on a hash split, save the file to `out`."""
+    if options.url is not None:
+        raise ValueError("calibrate runs the model in process (it must hash the weights); use --model, not --url")
+    if not 0.0 < holdout < 1.0:
+        raise ValueError("holdout must be between 0 and 1 (exclusive)")
+    console = console or Console(stderr=True)
+    items = load_items(options.data, options.limit)
+    decider = _local_decider(options.model)
+    served = decider.resolve("default")
+    if not isinstance(served.backend, HasFingerprint):
+        raise CalibrationMismatch(f"{served.card.name} has no fingerprint, so a calibration could not be checked later")
+    fingerprint = served.backend.fingerprint()
+    result = asyncio.run(_ask_all(items, options, decider, False, console))
+    run = {**_run_record(options, items), "answered": len(result.outcomes), "errors": len(result.failures)}
+    calibration = fit_calibration(
+        result.outcomes, served.card.name, fingerprint, holdout=holdout, seed=options.seed, run=run
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    calibration.save(out)
+    return calibration

@@ -1,0 +1,61 @@
+"""The reliability diagram: accuracy against top-label confidence per bin, with bin counts.
+
+matplotlib is an optional extra (`canvasread[plots]`); it is imported here
+only, with the Agg backend, so eval runs headless and the base install stays
+light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from canvasread.errors import MissingExtra
+
+
+def require_matplotlib() -> None:
+    """Fail before a long run, not after it, when the plot cannot be drawn."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingExtra("the reliability diagram needs matplotlib: pip install 'canvasread[plots]'") from None
+
+
+def reliability_diagram(bins: Sequence[Mapping[str, Any]], title: str, path: Path) -> None:
+    """Bars of per-bin accuracy over the diagonal of perfect calibration; each bar is labelled with its count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(5.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}, constrained_layout=True
+    )
+    width = bins[0]["upper"] - bins[0]["lower"]
+    centres = [(b["lower"] + b["upper"]) / 2 for b in bins]
+    filled = [b for b in bins if b["count"]]
+    top.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
+    top.bar(
+        [(b["lower"] + b["upper"]) / 2 for b in filled],
+        [b["accuracy"] for b in filled],
+        width=width * 0.9,
+        color="tab:blue",
+        edgecolor="black",
+        label="accuracy",
+    )
+    top.scatter([b["confidence"] for b in filled], [b["accuracy"] for b in filled], color="tab:red", zorder=3, s=12)
+    for b in filled:
+        top.annotate(
+            str(b["count"]), ((b["lower"] + b["upper"]) / 2, b["accuracy"]), ha="center", va="bottom", fontsize=7
+        )
+    top.set_ylabel("accuracy")
+    top.set_ylim(0, 1.05)
+    top.set_title(title, fontsize=9)
+    top.legend(loc="upper left", fontsize=8)
+    bottom.bar(centres, [b["count"] for b in bins], width=width * 0.9, color="tab:grey", edgecolor="black")
+    bottom.set_xlabel("top-label confidence")
+    bottom.set_ylabel("answers")
+    bottom.set_xlim(0, 1)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

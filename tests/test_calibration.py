@@ -102,12 +102,19 @@ def test_calibration_file_round_trip_and_clear_errors(tmp_path: Path) -> None:
 
 
 class FingerprintedBackend(FunctionBackend):
-    def __init__(self, fingerprint: str) -> None:
+    """Knows its fingerprint from the start, or (like the canvas backend) only once loaded."""
+
+    def __init__(self, fingerprint: str, *, known_before_load: bool = True) -> None:
         super().__init__(lambda request: [(0.6, 0.3, 0.1) for _ in request.questions], name="fn")
         self._fingerprint = fingerprint
+        self._known = known_before_load
 
-    def fingerprint(self) -> str:
-        return self._fingerprint
+    @property
+    def fingerprint(self) -> str | None:
+        return self._fingerprint if self._known else None
+
+    def load(self) -> None:
+        self._known = True
 
 
 def _ask_team(decider: Decider) -> Any:
@@ -136,13 +143,26 @@ def test_decider_refuses_a_calibration_for_another_model_or_other_weights() -> N
     plain = Decider([FunctionBackend(lambda r: [(1.0,)], name="fn")])
     with pytest.raises(CalibrationMismatch, match="no fingerprint"):
         plain.use_calibration(Calibration("fn", "sha256:1", {}))
+    assert all(served.calibration is None for served in [*decider.served, *plain.served])
+
+
+def test_a_fingerprint_known_only_after_loading_is_checked_when_the_model_loads() -> None:
+    wrong = Decider([FingerprintedBackend("sha256:1", known_before_load=False)])
+    wrong.use_calibration(Calibration("fn", "sha256:2", {"choice/3-4": 2.0}))
+    wrong.load()
+    assert not wrong.ready
+    assert "CalibrationMismatch" in wrong.not_ready_reasons()[0] and "refit it" in wrong.not_ready_reasons()[0]
+    right = Decider([FingerprintedBackend("sha256:1", known_before_load=False)])
+    right.use_calibration(Calibration("fn", "sha256:1", {"choice/3-4": 2.0}))
+    right.load()
+    assert right.ready and _ask_team(right)["diagnostics"] == {"calibrated": True, "temperature": 2.0}
 
 
 def test_sparrow_fingerprint_hashes_the_model_file_and_tells_models_apart() -> None:
     general, robot = SparrowBackend(DEFAULT_SPARROW_MODEL), SparrowBackend("sparrow-nano-robot-v1.2")
-    assert general.fingerprint().startswith("sha256:") and len(general.fingerprint()) == 7 + 64
-    assert general.fingerprint() == SparrowBackend(DEFAULT_SPARROW_MODEL).fingerprint()
-    assert general.fingerprint() != robot.fingerprint()
+    assert general.fingerprint.startswith("sha256:") and len(general.fingerprint) == 7 + 64
+    assert general.fingerprint == SparrowBackend(DEFAULT_SPARROW_MODEL).fingerprint
+    assert general.fingerprint != robot.fingerprint
 
 
 def _sparrow_calibration(path: Path, fingerprint: str) -> Path:
@@ -151,7 +171,7 @@ def _sparrow_calibration(path: Path, fingerprint: str) -> Path:
 
 
 def test_serve_applies_a_calibration_file(tmp_path: Path) -> None:
-    path = _sparrow_calibration(tmp_path / "cal.json", SparrowBackend().fingerprint())
+    path = _sparrow_calibration(tmp_path / "cal.json", SparrowBackend().fingerprint)
     body = {
         "model": "jev-latest",
         "state": "I was charged twice for my order",

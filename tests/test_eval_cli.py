@@ -87,7 +87,7 @@ def test_calibrate_then_evaluate_with_the_file(slice_path: Path, tmp_path: Path)
     assert result.returncode == 0, result.stdout + result.stderr
     calibration = json.loads(path.read_text())
     assert calibration["model"] == "sparrow-nano-general-v1.1"
-    assert calibration["fingerprint"] == SparrowBackend().fingerprint()
+    assert calibration["fingerprint"] == SparrowBackend().fingerprint
     assert list(calibration["temperatures"]) == ["choice/65-128"]
     held_out = calibration["fit"]["held_out"]
     assert held_out["n"] == calibration["fit"]["buckets"]["choice/65-128"]["n_held_out"] > 0

@@ -95,6 +95,7 @@ def test_rotate_is_exactly_invariant_to_cyclic_shifts_with_sparrow(sparrow: Deci
 
 def test_rotate_stays_exact_with_calibration_applied() -> None:
     class Fingerprinted(FunctionBackend):
+        @property
         def fingerprint(self) -> str:
             return "sha256:x"
 

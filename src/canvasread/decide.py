@@ -121,22 +121,35 @@ class Decider:
         return served
 
     def use_calibration(self, calibration: Calibration) -> None:
-        """Apply `calibration` to every answer of the model it was fit for; refuse it for any other model."""
+        """Apply `calibration` to every answer of the model it was fit for; refuse it for any other model.
+
+        The weights are checked now when the backend knows its fingerprint
+        before loading, else right after it loads (a mismatch is then a load failure).
+        """
         served = self._models.get(calibration.model)
         if served is None:
             raise CalibrationMismatch(
                 f"the calibration was fit for {calibration.model!r}, which is not served here "
                 f"(served: {', '.join(self._models)}); fit one for the served model with `canvasread calibrate`"
             )
-        if not isinstance(served.backend, HasFingerprint):
-            raise CalibrationMismatch(f"{calibration.model} has no fingerprint, so no calibration can be checked")
-        fingerprint = served.backend.fingerprint()
+        backend = served.backend
+        unknown_yet = isinstance(backend, HasFingerprint) and backend.fingerprint is None and not served.loaded.is_set()
+        if not unknown_yet:
+            self._check_calibration(served, calibration)
+        served.calibration = calibration
+
+    @staticmethod
+    def _check_calibration(served: ServedModel, calibration: Calibration | None) -> None:
+        if calibration is None:
+            return
+        fingerprint = served.backend.fingerprint if isinstance(served.backend, HasFingerprint) else None
+        if fingerprint is None:
+            raise CalibrationMismatch(f"{served.card.name} has no fingerprint, so no calibration can be checked")
         if fingerprint != calibration.fingerprint:
             raise CalibrationMismatch(
                 f"the calibration was fit for {calibration.model} with fingerprint {calibration.fingerprint}, "
                 f"but the served weights/config have {fingerprint}; refit it with `canvasread calibrate`"
             )
-        served.calibration = calibration
 
     # ---- lifecycle ----------------------------------------------------------------------
     def load(self) -> None:
@@ -145,6 +158,7 @@ class Decider:
             started = time.monotonic()
             try:
                 served.backend.load()
+                self._check_calibration(served, served.calibration)
             except Exception as error:
                 served.load_error = f"{type(error).__name__}: {error}"
                 logger.exception("loading %s failed", served.card.name)

@@ -64,11 +64,13 @@ class HasFingerprint(Protocol):
     """Optional: a stable hash of everything that shapes the backend's probabilities (weights, config).
 
     A calibration file records it and is refused by a backend whose fingerprint
-    differs. It must work before `load()` and stay cheap at startup: hash a
-    weights index and config, not tens of GB of weights. Format: `"sha256:<hex>"`.
+    differs. None means not known yet (before `load()`); the check then runs
+    right after loading. Keep it cheap: hash a weights index and config, not
+    tens of GB of weights. Format: `"sha256:<hex>"`.
     """
 
-    def fingerprint(self) -> str: ...
+    @property
+    def fingerprint(self) -> str | None: ...
 
 
 class FunctionBackend:

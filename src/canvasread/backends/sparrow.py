@@ -79,8 +79,9 @@ class SparrowBackend:
 
         self._decider = Decider.load(self._model_name)
 
+    @property
     def fingerprint(self) -> str:
-        """SHA-256 of the .sparrow file: weights, tokenizer and config all live inside it."""
+        """SHA-256 of the .sparrow file (weights, tokenizer and config all live inside it); known before loading."""
         from sparrow_decider import _resolve  # the wheel's own name → file lookup (pinned version)
 
         return "sha256:" + hashlib.sha256(Path(_resolve(self._model_name)).read_bytes()).hexdigest()

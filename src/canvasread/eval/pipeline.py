@@ -127,9 +127,9 @@ def calibrate(options: RunOptions, out: Path, *, holdout: float = 0.3, console: 
     items = load_items(options.data, options.limit)
     decider = _local_decider(options.model)
     served = decider.resolve("default")
-    if not isinstance(served.backend, HasFingerprint):
+    fingerprint = served.backend.fingerprint if isinstance(served.backend, HasFingerprint) else None
+    if fingerprint is None:
         raise CalibrationMismatch(f"{served.card.name} has no fingerprint, so a calibration could not be checked later")
-    fingerprint = served.backend.fingerprint()
     result = asyncio.run(_ask_all(items, options, decider, False, console))
     run = {**_run_record(options, items), "answered": len(result.outcomes), "errors": len(result.failures)}
     calibration = fit_calibration(

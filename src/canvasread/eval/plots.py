@@ -44,7 +44,14 @@ def reliability_diagram(bins: Sequence[Mapping[str, Any]], title: str, path: Pat
         edgecolor="black",
         label="accuracy",
     )
-    top.scatter([b["confidence"] for b in filled], [b["accuracy"] for b in filled], color="tab:red", zorder=3, s=12)
+    top.scatter(
+        [b["confidence"] for b in filled],
+        [b["accuracy"] for b in filled],
+        color="tab:red",
+        zorder=3,
+        s=12,
+        label="mean confidence",
+    )
     for b in filled:
         top.annotate(
             str(b["count"]), ((b["lower"] + b["upper"]) / 2, b["accuracy"]), ha="center", va="bottom", fontsize=7

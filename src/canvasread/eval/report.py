@@ -121,7 +121,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"| {b['lower']:.1f}–{b['upper']:.1f} | {b['count']} | {_number(b['accuracy'], 3)} "
             f"| {_number(b['confidence'], 3)} |"
         )
-    settings = ", ".join(f"{k}={v}" for k, v in run.items() if k not in ("command", "model", "data"))
+    settings = ", ".join(f"{k}={_number(v, 2)}" for k, v in run.items() if k not in ("command", "model", "data"))
     lines += ["", f"Run: {settings}.", ""]
     return "\n".join(lines)
 

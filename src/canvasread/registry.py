@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
@@ -13,22 +13,36 @@ from canvasread.errors import MissingExtra
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How an in-process DiffusionGemma checkpoint is run; None picks the best the machine has."""
+    """How DiffusionGemma checkpoints are run; None picks the best the machine has.
+
+    `random_init_std` builds the model from the folder's config with random
+    weights (speed tests without the checkpoint); `naive_baseline` also serves
+    `<model>-naive`, plain transformers forwards on the same model instance.
+    """
 
     device: str | None = None
     dtype: str | None = None
+    experts: str | None = None
+    random_init_std: float | None = None
+    naive_baseline: bool = False
 
 
-def backend_for(spec: str, engine: EngineOptions = EngineOptions()) -> AnyBackend:
+def backends_for(spec: str, engine: EngineOptions = EngineOptions()) -> list[AnyBackend]:
     """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id."""
     if is_sparrow_model(spec):
-        return SparrowBackend(spec)
+        return [SparrowBackend(spec)]
     missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
     if missing:
         raise MissingExtra(f"serving {spec!r} needs {' and '.join(missing)}: pip install 'canvasread[diffusion]'")
-    from canvasread.backends.canvas import canvas_backend_for_checkpoint
+    from canvasread.backends.canvas import EngineSettings, canvas_backend_for_checkpoint
 
-    return canvas_backend_for_checkpoint(spec, device=engine.device, dtype=engine.dtype)
+    settings = EngineSettings(
+        device=engine.device, dtype=engine.dtype, experts=engine.experts, random_init_std=engine.random_init_std
+    )
+    backends: list[AnyBackend] = [canvas_backend_for_checkpoint(spec, settings)]
+    if engine.naive_baseline:
+        backends.append(canvas_backend_for_checkpoint(spec, replace(settings, naive=True)))
+    return backends
 
 
 def open_decider(
@@ -39,7 +53,7 @@ def open_decider(
     load: bool = True,
 ) -> Decider:
     """Build a `Decider` for the given models (the first is the default) and, by default, load them now."""
-    decider = Decider([backend_for(spec, engine) for spec in models], config)
+    decider = Decider([backend for spec in models for backend in backends_for(spec, engine)], config)
     if load:
         decider.load()
         if not decider.ready:

@@ -183,19 +183,32 @@ class CanvasBackend:
         return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an in-process checkpoint is run (the `serve` flags for DiffusionGemma)."""
+
+    device: str | None = None
+    dtype: str | None = None
+    experts: str | None = None
+    random_init_std: float | None = None
+    naive: bool = False
+    cache_bytes: int = 2 << 30
+    max_rows: int = 256
+
+
 def canvas_backend_for_checkpoint(
-    spec: str,
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    experts: str | None = None,
-    config: ReadConfig = ReadConfig(),
+    spec: str, settings: EngineSettings = EngineSettings(), config: ReadConfig = ReadConfig()
 ) -> CanvasBackend:
-    """An in-process DiffusionGemma backend; nothing heavy happens until `load()`."""
-    name = spec.rstrip("/").rsplit("/", 1)[-1]
+    """An in-process DiffusionGemma backend; nothing heavy happens until `load()`.
+
+    With `settings.naive` it reads through plain transformers forwards instead
+    of the fused engine (the benchmark baseline), under the name `<model>-naive`.
+    """
+    name = spec.rstrip("/").rsplit("/", 1)[-1] + ("-naive" if settings.naive else "")
+    how = "plain transformers forwards (naive baseline)" if settings.naive else "the fused in-process engine"
     card = ModelCard(
         name=name,
-        description=f"DiffusionGemma checkpoint {spec}, read in process: one read-only denoising step per "
+        description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
         "request, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
         capabilities=Capabilities(images=False, max_options=255, max_levels=10),
@@ -203,14 +216,28 @@ def canvas_backend_for_checkpoint(
 
     def load() -> CanvasRuntime:
         from canvasread.engine.loader import load_checkpoint
+        from canvasread.engine.naive import NaiveReader
         from canvasread.engine.reader import InProcessReader
         from canvasread.engine.runner import FusedRunner
         from canvasread.tokenizer import HFTokenizer
 
-        loaded = load_checkpoint(spec, device=device, dtype=dtype, experts=experts)
+        loaded = load_checkpoint(
+            spec,
+            device=settings.device,
+            dtype=settings.dtype,
+            experts=settings.experts,
+            random_init_std=settings.random_init_std,
+        )
         text_config = loaded.model.config.text_config
+        reader: Reader = (
+            NaiveReader(loaded.model)
+            if settings.naive
+            else InProcessReader(
+                FusedRunner(loaded.model), cache_bytes=settings.cache_bytes, max_rows=settings.max_rows
+            )
+        )
         return CanvasRuntime(
-            reader=InProcessReader(FusedRunner(loaded.model)),
+            reader=reader,
             tokenizer=HFTokenizer(loaded.tokenizer),
             canvas_length=int(loaded.model.config.canvas_length),
             max_positions=int(text_config.max_position_embeddings),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -48,24 +49,57 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 
 
 def load_checkpoint(
-    name_or_path: str, *, device: str | None = None, dtype: str | None = None, experts: str | None = None
+    name_or_path: str,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    experts: str | None = None,
+    random_init_std: float | None = None,
 ) -> LoadedModel:
-    """`from_pretrained` for model and tokenizer: local folders directly, hub ids through the normal cache."""
+    """`from_pretrained` for model and tokenizer: local folders directly, hub ids through the normal cache.
+
+    With `random_init_std` only the folder's config is read and the weights
+    are drawn from N(0, std) on the device: full-size speed tests without the
+    real checkpoint. Loads are shared, so several backends (a naive baseline
+    beside the fused engine) can serve one model instance.
+    """
+    return _load(name_or_path, device, dtype, experts, random_init_std)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(
+    name_or_path: str, device: str | None, dtype: str | None, experts: str | None, random_init_std: float | None
+) -> LoadedModel:
     try:
-        from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+        from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     except ImportError as error:
         raise MissingExtra(
             f"DiffusionGemma needs transformers >= 5.22: pip install 'canvasread[diffusion]' ({error})"
         ) from None
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
-    options: dict[str, Any] = {"dtype": torch_dtype}
+    model: Any
+    if random_init_std is None:
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(name_or_path, dtype=torch_dtype)
+        model = model.to(target)
+    else:
+        from canvasread.engine.checkpoints import initialise_weights
+
+        config = DiffusionGemmaConfig.from_pretrained(name_or_path)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch_dtype)
+        try:
+            with torch.device(target):
+                model = DiffusionGemmaForBlockDiffusion(config)
+        finally:
+            torch.set_default_dtype(previous)
+        initialise_weights(model, std=random_init_std)
     if experts:
-        options["experts_implementation"] = experts
-    model: Any = DiffusionGemmaForBlockDiffusion.from_pretrained(name_or_path, **options)
-    model = model.to(target).eval()
+        model.set_experts_implementation(experts)
+    model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    return LoadedModel(model, tokenizer, target, torch_dtype, fingerprint(name_or_path, model))
+    stamp = fingerprint(name_or_path, model) + ("" if random_init_std is None else f"-random{random_init_std:g}")
+    return LoadedModel(model, tokenizer, target, torch_dtype, stamp)
 
 
 FINGERPRINT_SAMPLE_BYTES = 1 << 20

@@ -114,14 +114,16 @@ class FusedRunner:
             positions[b] = past_lengths[b] + torch.arange(max_new)
             is_canvas[b, prompt_lengths[b] : new_lengths[b]] = True
         tokens, positions, is_canvas = tokens.to(device), positions.to(device), is_canvas.to(device)
-        valid = torch.arange(max_new, device=device)[None, :] < torch.tensor(new_lengths, device=device)[:, None]
+        valid = torch.arange(max_new)[None, :] < torch.tensor(new_lengths)[:, None]
+        # Flat indices of real (non-padding) tokens, computed on the host so no layer has to synchronise.
+        real_tokens = valid.reshape(-1).nonzero().squeeze(1).to(device)
 
         masks = {
             kind: self._mask(kind, past_lengths, prompt_lengths, new_lengths, max_past, max_new)
             for kind in set(self.layer_types)
         }
         hidden = self.embed(tokens)
-        if is_canvas.any():
+        if any(canvas_lengths):
             # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
             conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
             hidden = torch.where(is_canvas[..., None], conditioned, hidden)
@@ -131,7 +133,9 @@ class FusedRunner:
         new_values: list[torch.Tensor] = []
         for index, layer in enumerate(self.layers):
             kind = self.layer_types[index]
-            hidden, keys, values = self._layer(layer, hidden, rope[kind], masks[kind], rows, index, max_past, valid)
+            hidden, keys, values = self._layer(
+                layer, hidden, rope[kind], masks[kind], rows, index, max_past, real_tokens
+            )
             new_keys.append(keys)
             new_values.append(values)
 
@@ -185,7 +189,7 @@ class FusedRunner:
         rows: Sequence[Row],
         index: int,
         max_past: int,
-        valid: torch.Tensor,
+        real_tokens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         residual = hidden
         attention = layer.self_attn
@@ -205,12 +209,7 @@ class FusedRunner:
 
         all_keys, all_values = keys, values
         if max_past:
-            past_keys = keys.new_zeros(batch, keys.shape[1], max_past, keys.shape[-1])
-            past_values = values.new_zeros(batch, values.shape[1], max_past, values.shape[-1])
-            for b, row in enumerate(rows):
-                if row.past is not None:
-                    past_keys[b, :, : row.past.length] = row.past.keys[index]
-                    past_values[b, :, : row.past.length] = row.past.values[index]
+            past_keys, past_values = _padded_past(rows, index, keys, values, max_past)
             all_keys = torch.cat([past_keys, keys], dim=2)
             all_values = torch.cat([past_values, values], dim=2)
         attended = F.scaled_dot_product_attention(
@@ -221,11 +220,13 @@ class FusedRunner:
 
         residual = hidden
         dense = layer.post_feedforward_layernorm_1(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
-        flat = hidden[valid]  # experts only see real tokens, never padding
+        width = hidden.shape[-1]
+        flat = hidden.reshape(-1, width).index_select(0, real_tokens)  # experts only see real tokens
         _, weights, experts = layer.router(flat)
         routed_flat = layer.experts(layer.pre_feedforward_layernorm_2(flat), experts, weights)
-        routed = torch.zeros_like(hidden)
-        routed[valid] = layer.post_feedforward_layernorm_2(routed_flat)
+        routed = torch.zeros_like(hidden).reshape(-1, width)
+        routed.index_copy_(0, real_tokens, layer.post_feedforward_layernorm_2(routed_flat))
+        routed = routed.view_as(hidden)
         hidden = residual + layer.post_feedforward_layernorm(dense + routed)
         hidden = hidden * layer.layer_scalar
         return hidden, keys, values
@@ -276,6 +277,26 @@ class FusedRunner:
             values.append(fresh_values.clone())
         past_length = row.past.length if row.past is not None else 0
         return PromptKV(keys, values, past_length + prompt_length)
+
+
+def _padded_past(
+    rows: Sequence[Row], index: int, keys: torch.Tensor, values: torch.Tensor, max_past: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer `index` of every row's cached KV, padded to `max_past`; a past shared by all rows is not copied."""
+    shared = rows[0].past
+    batch = len(rows)
+    if shared is not None and shared.length == max_past and all(row.past is shared for row in rows):
+        return (
+            shared.keys[index].unsqueeze(0).expand(batch, -1, -1, -1),
+            shared.values[index].unsqueeze(0).expand(batch, -1, -1, -1),
+        )
+    past_keys = keys.new_zeros(batch, keys.shape[1], max_past, keys.shape[-1])
+    past_values = values.new_zeros(batch, values.shape[1], max_past, values.shape[-1])
+    for b, row in enumerate(rows):
+        if row.past is not None:
+            past_keys[b, :, : row.past.length] = row.past.keys[index]
+            past_values[b, :, : row.past.length] = row.past.values[index]
+    return past_keys, past_values
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

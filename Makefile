@@ -3,7 +3,7 @@ PYTHON ?= python3
 # The CPU wheel of torch that these machines carry; an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-test install-browser lint test ci
+.PHONY: install install-test install-browser lint test ci fuzz soak
 
 install:
 	$(PYTHON) -m pip install .
@@ -24,3 +24,11 @@ test: install-test install-browser
 	$(PYTHON) -m pytest
 
 ci: install-test lint test
+
+# Thousands of schemathesis cases against the live server (CI runs a few hundred inside `make test`).
+fuzz: install-test
+	CANVASREAD_FUZZ_EXAMPLES=2000 $(PYTHON) -m pytest tests/test_fuzz.py --timeout 3600
+
+# Ten minutes past saturation on the embedded model: only 200/529, nothing lost, memory flat (CI runs 30 s).
+soak: install-test
+	$(PYTHON) bench/soak.py --duration 600 --output bench/results/soak.json

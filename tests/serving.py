@@ -7,9 +7,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -54,26 +57,47 @@ def serve_app(app: FastAPI, *, wait_ready: bool = True) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+@dataclass
+class CliServer:
+    """A running `canvasread serve` process; its output goes to a file so a chatty server never blocks on a pipe."""
+
+    base: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def cli_process(*args: str, ready_timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[CliServer]:
+    """Run `canvasread serve` as a real process; yields it once /ready is 200, and stops it (SIGTERM) after."""
+    port = free_port()
+    command = [sys.executable, "-m", "canvasread", "serve", "--port", str(port), "--log-level", "warning", *args]
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=sink, stderr=sink)
+        server = CliServer(f"http://127.0.0.1:{port}", process, log)
+        try:
+            try:
+                wait_until(server.base + "/ready", timeout=ready_timeout)
+            except TimeoutError:
+                process.kill()
+                process.wait()
+                raise AssertionError(f"server did not become ready:\n{server.output()}") from None
+            yield server
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 @contextlib.contextmanager
 def serve_cli(*args: str, ready_timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run `canvasread serve` as a real process; yields the base URL once /ready is 200."""
-    port = free_port()
-    command = [sys.executable, "-m", "canvasread", "serve", "--port", str(port), "--log-level", "warning", *args]
-    process = subprocess.Popen(
-        command, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_until(base + "/ready", timeout=ready_timeout)
-        except TimeoutError:
-            process.kill()
-            output = process.communicate()[0]
-            raise AssertionError(f"server did not become ready:\n{output}") from None
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    with cli_process(*args, ready_timeout=ready_timeout, env=env) as server:
+        yield server.base

@@ -82,7 +82,10 @@ def test_empty_questions(sparrow_server: str) -> None:
         ({"model": "jev-latest", "state": "x", "questions": {"q": {"type": "maybe"}}}, ["body", "questions", "q"]),
         ({"model": "jev-latest", "questions": {"q": NOUL}}, ["body", "state"]),
         ({"state": "x", "questions": {"q": NOUL}}, ["body", "model"]),
-        ({"model": "jev-latest", "state": "x", "questions": {"q": NOUL}, "samples": 0}, ["body"]),
+        (
+            {"model": "jev-latest", "state": "x", "questions": {"q": NOUL}, "samples": 0},
+            ["body", "samples", "constrained-int"],
+        ),
         (
             {"model": "jev-latest", "state": "x", "questions": {"q": {**NOUL, "min_confidence": 2}}},
             ["body", "questions", "q", "noul", "min_confidence"],

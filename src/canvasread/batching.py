@@ -4,21 +4,25 @@ The collect loop takes what is waiting (up to `max_batch`), optionally lingers
 `max_wait_s` for stragglers, hands the batch to a single worker thread and
 resolves one future per job. While the worker runs, new jobs pile up and form
 the next batch, so throughput grows with load while a lone job starts at once.
-Jobs whose caller has gone (cancelled future) are dropped before they run.
+Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
+dropped before they run. When a batch raises, each of its jobs is run again
+alone, so one poisonous request cannot fail the requests that shared its batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from canvasread.errors import BackendFailure, CanvasreadError, Overloaded
+from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
 
+logger = logging.getLogger(__name__)
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")
 
@@ -68,6 +72,8 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"canvasread-{name}")
         self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def pending(self) -> int:
@@ -78,15 +84,29 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._queue = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batch-{self.name}")
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = 0.0) -> None:
+        """Let the jobs in flight finish (waiting at most `drain_s`), then stop the loop and free the worker.
+
+        Jobs still queued after the drain are failed with `NotReady`, so no caller waits forever.
+        """
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), drain_s)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        while self._queue is not None and not self._queue.empty():
+            self._fail([self._queue.get_nowait()], NotReady(f"{self.name} is shutting down"))
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    async def submit(self, job: JobT) -> ResultT:
-        """Queue one job and wait for its result; raises `Overloaded` when the queue is full."""
+    async def submit(self, prepare: Callable[[], Awaitable[JobT]]) -> ResultT:
+        """Take a place in line, prepare the job, queue it and wait for its result.
+
+        Raises `Overloaded` when `max_pending` requests are already in flight. The
+        place is taken before `prepare` runs, so an overloaded backend sheds a
+        request before spending any work on it. Cancelling the caller (a deadline,
+        a client that hung up) cancels the job's future and the collect loop skips it.
+        """
         if self._queue is None:
             raise RuntimeError("BatchQueue.start() was not called")
         if self._pending >= self.policy.max_pending:
@@ -94,13 +114,17 @@ class BatchQueue(Generic[JobT, ResultT]):
                 f"{self.name} has {self._pending} requests in flight (limit {self.policy.max_pending})",
                 retry_after_s=self._retry_hint_s(),
             )
-        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
         self._pending += 1
+        self._idle.clear()
         try:
+            job = await prepare()
+            future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
             self._queue.put_nowait(_Pending(job, future))
             return await future
         finally:
             self._pending -= 1
+            if not self._pending:
+                self._idle.set()
 
     def _retry_hint_s(self) -> float:
         """Roughly how long the backlog takes to clear, from the measured time per batch."""
@@ -126,28 +150,47 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     async def _collect(self) -> None:
         assert self._queue is not None
-        loop = asyncio.get_running_loop()
         while True:
             batch = await self._next_batch(self._queue)
-            live = [item for item in batch if not item.future.done()]
-            self.stats.dropped += len(batch) - len(live)
-            if not live:
-                continue
-            started = time.monotonic()
-            try:
-                results = await loop.run_in_executor(self._executor, self._run_batch, [i.job for i in live])
-                if len(results) != len(live):
-                    raise BackendFailure(f"{self.name} returned {len(results)} results for {len(live)} jobs")
-            except CanvasreadError as error:
-                self._fail(live, error)
-            except Exception as error:  # a model bug must fail its batch, never the server
-                self._fail(live, BackendFailure(f"{self.name} failed: {type(error).__name__}: {error}"))
-            else:
-                for item, result in zip(live, results, strict=True):
-                    if not item.future.done():
-                        item.future.set_result(result)
-            finally:
-                self._record(len(live), time.monotonic() - started)
+            live = self._live(batch)
+            if live:
+                await self._run(live)
+
+    def _live(self, items: Sequence[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
+        """The items whose caller still waits; the rest are counted as dropped and never run."""
+        live = [item for item in items if not item.future.done()]
+        self.stats.dropped += len(items) - len(live)
+        return live
+
+    async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
+        started = time.monotonic()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._run_batch, [i.job for i in live]
+            )
+            if len(results) != len(live):
+                raise BackendFailure(f"{self.name} returned {len(results)} results for {len(live)} jobs")
+        except asyncio.CancelledError:
+            self._fail(live, NotReady(f"{self.name} stopped while answering"))
+            raise
+        except Exception as error:  # a model bug must fail the requests it touched, never the server
+            self._record(len(live), time.monotonic() - started)
+            if len(live) > 1:
+                for item in live:  # find the poisonous job(s): the others still get their answers
+                    if alone := self._live([item]):
+                        await self._run(alone)
+                return
+            if not isinstance(error, CanvasreadError):
+                logger.error("%s failed on a request", self.name, exc_info=error)
+                error = BackendFailure(
+                    f"{self.name} failed while answering ({type(error).__name__}); the server log has the details"
+                )
+            self._fail(live, error)
+        else:
+            self._record(len(live), time.monotonic() - started)
+            for item, result in zip(live, results, strict=True):
+                if not item.future.done():
+                    item.future.set_result(result)
 
     def _record(self, size: int, seconds: float) -> None:
         self.stats.batches += 1

@@ -16,7 +16,19 @@ from canvasread import __version__
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.batching import BatchPolicy
 from canvasread.calibration import Calibration
-from canvasread.config import DEFAULT_HOST, DEFAULT_PORT, LogFormat, ServerConfig
+from canvasread.config import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_QUESTIONS,
+    DEFAULT_PORT,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_LEVELS,
+    MAX_OPTIONS,
+    ImageLimits,
+    LogFormat,
+    ServerConfig,
+)
 from canvasread.decide import DeciderConfig
 from canvasread.errors import CanvasreadError
 from canvasread.registry import EngineOptions, open_decider
@@ -64,11 +76,39 @@ def serve(
         list[Path] | None,
         typer.Option(help="Calibration file from `canvasread calibrate`, applied to its model's answers (repeatable)."),
     ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Require this key as `Authorization: Bearer KEY` (repeatable; also CANVASREAD_API_KEYS)."),
+    ] = None,
+    api_keys_file: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="File of API keys, one a line.")
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="Let browser pages from this origin call the API (repeatable).")
+    ] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest body, before and after decompression (413).")] = (
+        DEFAULT_MAX_BODY_BYTES
+    ),
+    max_questions: Annotated[int, typer.Option(help="Most questions in one request.")] = DEFAULT_MAX_QUESTIONS,
+    max_options: Annotated[int, typer.Option(help="Most options in one choice question.")] = MAX_OPTIONS,
+    max_levels: Annotated[int, typer.Option(help="Most levels in one score question.")] = MAX_LEVELS,
+    max_json_depth: Annotated[int, typer.Option(help="Deepest nesting of arrays and objects in a body.")] = (
+        DEFAULT_MAX_JSON_DEPTH
+    ),
+    max_images: Annotated[int, typer.Option(help="Most images in one request.")] = ImageLimits.max_images,
+    max_image_bytes: Annotated[int, typer.Option(help="Largest image file.")] = ImageLimits.max_bytes,
+    max_image_pixels: Annotated[int, typer.Option(help="Most pixels (width x height) in one image.")] = (
+        ImageLimits.max_pixels
+    ),
+    shutdown_timeout: Annotated[
+        int, typer.Option(help="Seconds in-flight requests get to finish after SIGTERM.")
+    ] = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
     import uvicorn
 
     from canvasread.server.app import create_app
+    from canvasread.server.auth import collect_api_keys
     from canvasread.server.logs import logging_config
 
     decider_config = DeciderConfig(
@@ -86,10 +126,32 @@ def serve(
     except (CanvasreadError, ValueError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(1) from None
-    server_config = ServerConfig(host=host, port=port, log_format=log_format, log_payloads=log_payloads)
+    try:
+        server_config = ServerConfig(
+            host=host,
+            port=port,
+            log_format=log_format,
+            log_payloads=log_payloads,
+            api_keys=collect_api_keys(api_key or (), keys_file=api_keys_file),
+            cors_origins=tuple(cors_origin or ()),
+            max_body_bytes=max_body_bytes,
+            max_questions=max_questions,
+            max_options=max_options,
+            max_levels=max_levels,
+            max_json_depth=max_json_depth,
+            images=ImageLimits(max_images, max_image_bytes, max_image_pixels),
+            shutdown_timeout_s=shutdown_timeout,
+        )
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(1) from None
     console.print(
         f"canvasread {__version__} on http://{host}:{port} serving {', '.join(s.card.name for s in decider.served)}"
     )
+    if server_config.api_keys:
+        console.print(f"API keys required ({len(server_config.api_keys)} configured)")
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"[yellow]warning:[/yellow] no API keys: anyone who can reach {host}:{port} can use it")
     uvicorn.run(
         create_app(decider, server_config),
         host=host,
@@ -97,6 +159,7 @@ def serve(
         log_level=log_level,
         log_config=logging_config(server_config.log_format, log_level),
         access_log=False,
+        timeout_graceful_shutdown=server_config.shutdown_timeout_s,
     )
 
 

@@ -12,8 +12,33 @@ DEFAULT_PORT = 8011
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # The hosted API documents no cap; 800 questions in one call has been reported to work.
 DEFAULT_MAX_QUESTIONS = 1024
+# The hosted API's documented caps; the wire schema publishes them, so a server may only lower them.
+MAX_OPTIONS = 255
+MAX_LEVELS = 10
+# Real states are documents a few levels deep; past this, JSON is an attack on recursive code, not data.
+DEFAULT_MAX_JSON_DEPTH = 64
+# Well below Python's recursion limit (1000), which the JSON parser and every renderer of the state share.
+MAX_JSON_DEPTH = 256
+# In-flight requests get this long to finish after SIGTERM (a batch on a GPU takes seconds, not minutes).
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30
 # Access-log line format: logfmt text for people, one JSON object a line for log shippers.
 LogFormat = Literal["text", "json"]
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """What one request may attach; each image is checked from its header before any pixel is decoded."""
+
+    # Each image costs a vision model hundreds of tokens; 16 keep a request's images within a usual context.
+    max_images: int = 16
+    # Third-party limit for the hosted API: 16 MiB per image.
+    max_bytes: int = 16 * 1024 * 1024
+    # A 7000x7000 photo; a decompression bomb declares far more (Pillow warns from ~89 M).
+    max_pixels: int = 50_000_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_images, self.max_bytes, self.max_pixels) < 1:
+            raise ValueError("image limits must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -22,6 +47,11 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_questions: int = DEFAULT_MAX_QUESTIONS
+    max_options: int = MAX_OPTIONS
+    max_levels: int = MAX_LEVELS
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    images: ImageLimits = ImageLimits()
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
     api_keys: frozenset[str] = field(default_factory=frozenset, repr=False)
     cors_origins: tuple[str, ...] = ()
     log_format: LogFormat = "text"
@@ -34,3 +64,11 @@ class ServerConfig:
             raise ValueError("max_body_bytes below 1 KiB would refuse ordinary requests")
         if self.max_questions < 1:
             raise ValueError("max_questions must be at least 1")
+        if not 1 <= self.max_options <= MAX_OPTIONS:
+            raise ValueError(f"max_options must be 1..{MAX_OPTIONS} (the API's own cap)")
+        if not 1 <= self.max_levels <= MAX_LEVELS:
+            raise ValueError(f"max_levels must be 1..{MAX_LEVELS} (the API's own cap)")
+        if not 4 <= self.max_json_depth <= MAX_JSON_DEPTH:
+            raise ValueError(f"max_json_depth must be 4..{MAX_JSON_DEPTH}")
+        if self.shutdown_timeout_s < 0:
+            raise ValueError("shutdown_timeout_s cannot be negative")

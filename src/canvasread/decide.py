@@ -9,6 +9,7 @@ answers. No HTTP and no torch here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsHealth
 from canvasread.batching import BatchPolicy, BatchQueue
 from canvasread.calibration import Calibration, calibrate
 from canvasread.errors import (
@@ -169,38 +170,44 @@ class Decider:
 
     @property
     def ready(self) -> bool:
-        return all(served.loaded.is_set() for served in self._models.values())
+        return not self.not_ready_reasons()
 
     def not_ready_reasons(self) -> list[str]:
-        reasons = []
-        for served in self._models.values():
-            if served.load_error is not None:
-                reasons.append(f"{served.card.name} failed to load: {served.load_error}")
-            elif not served.loaded.is_set():
-                reasons.append(f"{served.card.name} is loading")
-        return reasons
+        return [reason for served in self._models.values() if (reason := self._not_ready_reason(served))]
+
+    @staticmethod
+    def _not_ready_reason(served: ServedModel) -> str | None:
+        """Why this model cannot answer now: still loading, failed to load, or its backend reports it has died."""
+        if served.load_error is not None:
+            return f"{served.card.name} failed to load: {served.load_error}"
+        if not served.loaded.is_set():
+            return f"{served.card.name} is loading"
+        if isinstance(served.backend, ReportsHealth) and (problem := served.backend.health_problem()) is not None:
+            return f"{served.card.name} is unhealthy: {problem}"
+        return None
 
     def start(self) -> None:
         """Start the batch loops; call from inside the running event loop."""
         for served in self._models.values():
             served.queue.start()
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = 0.0) -> None:
+        """Stop the batch loops, first letting requests in flight finish for up to `drain_s` seconds."""
         for served in self._models.values():
-            await served.queue.stop()
+            await served.queue.stop(drain_s)
 
     # ---- deciding -----------------------------------------------------------------------
     async def decide(self, model: str, request: DecisionRequest) -> Decision:
         """Answer one request through the model's batch queue (the server's path)."""
         started = time.monotonic()
         served = self.resolve(model)
-        if not served.loaded.is_set():
-            raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not ready")
+        if (reason := self._not_ready_reason(served)) is not None:
+            raise NotReady(reason)
         self._check_capabilities(served.card, request)
         rotations = plan_rotations(request)
-        job = await asyncio.to_thread(served.backend.prepare, rotations.request)
+        prepare = functools.partial(asyncio.to_thread, served.backend.prepare, rotations.request)
         try:
-            result = await asyncio.wait_for(served.queue.submit(job), self.config.timeout_s)
+            result = await asyncio.wait_for(served.queue.submit(prepare), self.config.timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(f"no answer within {self.config.timeout_s:g}s; the request was dropped") from None
         return self._assemble(served, request, rotations.fold(result), started)

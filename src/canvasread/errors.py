@@ -61,6 +61,13 @@ class PayloadTooLarge(CanvasreadError):
     error_type = "payload_too_large"
 
 
+class Unauthorized(CanvasreadError):
+    """No API key, or one the server does not know (401)."""
+
+    status_code = 401
+    error_type = "unauthorized"
+
+
 class ModelNotFound(CanvasreadError):
     status_code = 404
     error_type = "model_not_found"
@@ -87,6 +94,13 @@ class Overloaded(CanvasreadError):
 class DeadlineExceeded(CanvasreadError):
     status_code = 504
     error_type = "deadline_exceeded"
+
+
+class ClientDisconnected(CanvasreadError):
+    """The client hung up before its answer was ready; its queued work is dropped (499, as nginx logs it)."""
+
+    status_code = 499
+    error_type = "client_disconnected"
 
 
 class BackendFailure(CanvasreadError):

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from canvasread.config import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.types import (
     DecisionRequest,
@@ -28,15 +29,14 @@ from canvasread.types import (
     ReadPolicy,
 )
 
-MAX_OPTIONS = 255
-MAX_LEVELS = 10
 MAX_SAMPLES = 16
 
 Content = str | dict[str, Any] | list[Any]
 
 
 class _WireModel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Strict: the server accepts what its schema says and no more (no "0" for false, no "5" for 5).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class NoulCriteria(_WireModel):
@@ -97,18 +97,12 @@ class SystemOneRequest(_WireModel):
     state: Content = Field(validation_alias=AliasChoices("state", "document"))
     questions: dict[str, WireQuestion] = Field(min_length=1)
     assets: dict[str, WireAsset] | None = Field(None, min_length=1)
-    samples: int | Literal["auto"] = Field(
+    samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | Literal["auto"] = Field(
         "auto", description="canvasread extension: reads per question (1..16) or 'auto'."
     )
     seed: int | None = Field(None, description="canvasread extension: the same seed gives the same answer.")
     diagnostics: bool = Field(False, description="canvasread extension: add per-question read details.")
     order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
-
-    @model_validator(mode="after")
-    def _samples_in_range(self) -> SystemOneRequest:
-        if isinstance(self.samples, int) and not 1 <= self.samples <= MAX_SAMPLES:
-            raise ValueError(f"samples must be 'auto' or an integer from 1 to {MAX_SAMPLES}")
-        return self
 
 
 class NoulAnswer(_WireModel):
@@ -176,13 +170,15 @@ def _json_safe(value: Any) -> JSONValue:
     return str(value)
 
 
-def parse_request(payload: Any, parts: Mapping[str, bytes] | None = None) -> tuple[str, DecisionRequest]:
+def parse_request(
+    payload: Any, parts: Mapping[str, bytes] | None = None, images: ImageLimits = ImageLimits()
+) -> tuple[str, DecisionRequest]:
     """Validate a decoded JSON body (and multipart parts) into the model name and a `DecisionRequest`."""
     try:
         wire = SystemOneRequest.model_validate(payload)
     except ValidationError as error:
         raise InvalidRequest(problems_from(error)) from None
-    assets = _decode_assets(wire.assets or {}, parts or {})
+    assets = _decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
     policy = ReadPolicy(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics)
@@ -202,7 +198,13 @@ def _to_question(key: str, question: NoulQuestion | ChoiceQuestion | ScoreQuesti
     )
 
 
-def _decode_assets(assets: Mapping[str, WireAsset], parts: Mapping[str, bytes]) -> dict[str, ImageAsset]:
+def _decode_assets(
+    assets: Mapping[str, WireAsset], parts: Mapping[str, bytes], limits: ImageLimits
+) -> dict[str, ImageAsset]:
+    if max(len(assets), len(parts)) > limits.max_images:  # before any decoding: counting is free, decoding is not
+        raise InvalidRequest.at(
+            ("body", "assets"), f"at most {limits.max_images} images per request", input=len(assets) or len(parts)
+        )
     problems: list[FieldProblem] = []
     decoded: dict[str, ImageAsset] = {}
     claimed: set[str] = set()
@@ -225,13 +227,17 @@ def _decode_assets(assets: Mapping[str, WireAsset], parts: Mapping[str, bytes]) 
             if asset.format is None:
                 problems.append(FieldProblem((*loc, "format"), "format is required with data_base64 (png or jpeg)"))
                 continue
+            encoded = "".join((asset.data_base64 or "").split())
+            if len(encoded) // 4 * 3 > limits.max_bytes:
+                problems.append(FieldProblem((*loc, "data_base64"), f"image is larger than {limits.max_bytes} bytes"))
+                continue
             try:
-                data = base64.b64decode("".join((asset.data_base64 or "").split()), validate=True)
+                data = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):
                 problems.append(FieldProblem((*loc, "data_base64"), "data_base64 is not valid base64"))
                 continue
         try:
-            decoded[placeholder] = inspect_image(placeholder, data)
+            decoded[placeholder] = inspect_image(placeholder, data, limits)
         except ValueError as error:
             problems.append(FieldProblem((*loc, "part" if asset.part else "data_base64"), str(error)))
     for name in sorted(set(parts) - claimed):
@@ -241,13 +247,12 @@ def _decode_assets(assets: Mapping[str, WireAsset], parts: Mapping[str, bytes]) 
     return decoded
 
 
-MAX_IMAGE_PIXELS = 50_000_000
-
-
-def inspect_image(placeholder: str, data: bytes) -> ImageAsset:
+def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimits()) -> ImageAsset:
     """Check that bytes are a PNG or JPEG of sane size, reading only the header (never decoding pixels)."""
     from PIL import Image, UnidentifiedImageError
 
+    if len(data) > limits.max_bytes:
+        raise ValueError(f"image is larger than {limits.max_bytes} bytes")
     try:
         with Image.open(io.BytesIO(data)) as image:
             kind = image.format
@@ -257,6 +262,6 @@ def inspect_image(placeholder: str, data: bytes) -> ImageAsset:
     formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
     if kind not in formats:
         raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
-    if width < 1 or height < 1 or width * height > MAX_IMAGE_PIXELS:
-        raise ValueError(f"image is {width}x{height}; at most {MAX_IMAGE_PIXELS} pixels are accepted")
+    if width < 1 or height < 1 or width * height > limits.max_pixels:
+        raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
     return ImageAsset(placeholder, formats[kind], data, width, height)

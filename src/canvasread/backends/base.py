@@ -73,6 +73,20 @@ class HasFingerprint(Protocol):
     def fingerprint(self) -> str | None: ...
 
 
+@runtime_checkable
+class ReportsHealth(Protocol):
+    """Optional: a backend that can tell it has died (device lost, upstream gone) and when it is back.
+
+    `health_problem()` returns None while the backend can answer, else a short
+    reason; meanwhile `/ready` answers 503 with the reason and requests to the
+    model get 503 (clients retry it) instead of failing one by one. It is called
+    on every `/ready` probe and request, on the event loop: keep it cheap and
+    never block (return a flag that the worker thread sets).
+    """
+
+    def health_problem(self) -> str | None: ...
+
+
 class FunctionBackend:
     """A backend made from a function of one request: the test seam for everything above backends."""
 

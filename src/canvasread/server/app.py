@@ -19,6 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,12 +28,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from canvasread import __version__
 from canvasread.config import ServerConfig
 from canvasread.decide import Decider
-from canvasread.errors import BackendFailure, CanvasreadError, FieldProblem, InvalidRequest
+from canvasread.errors import (
+    BackendFailure,
+    CanvasreadError,
+    ClientDisconnected,
+    FieldProblem,
+    InvalidRequest,
+    NotReady,
+)
+from canvasread.server.auth import ApiKeyMiddleware, document_bearer_auth
 from canvasread.server.body import decode_content, parse_body, read_limited
+from canvasread.server.disconnect import cancel_on_disconnect
+from canvasread.server.limits import check_request
 from canvasread.server.logs import AccessLog
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import ObserveMiddleware, exchange
-from canvasread.server.responses import REQUEST_ID_HEADER, error_response
+from canvasread.server.responses import REQUEST_ID_HEADER, error_response, error_responses
 from canvasread.wire import ModelList, SystemOneRequest, SystemOneResponse, parse_request
 
 logger = logging.getLogger("canvasread.server")
@@ -65,6 +77,15 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            # Only uvicorn cancels a request: its shutdown deadline passed. Answer a retryable 503 in the API's
+            # shape rather than uvicorn's bare 500 (which lacks the request id the SDK requires).
+            if started:
+                raise
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            response = error_response(NotReady("the server is shutting down; retry"), request_id)
+            await response(scope, receive, send_with_id)
         except Exception:
             logger.exception("unhandled error in request %s", request_id)
             if started:
@@ -87,7 +108,7 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
         try:
             yield
         finally:
-            await decider.stop()
+            await decider.stop(config.shutdown_timeout_s)
             if not loading.done():
                 logger.warning("shutting down while models are still loading")
 
@@ -97,13 +118,29 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
         lifespan=lifespan,
         description="A self-hosted System One decision server.",
     )
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
+    if config.cors_origins:  # outside the key check: browsers send preflights without credentials
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "content-encoding"],
+            expose_headers=[REQUEST_ID_HEADER, "retry-after-ms", "retry-after"],
+            max_age=600,
+        )
     app.add_middleware(RequestIdMiddleware)
     metrics = ServerMetrics(decider)
     app.add_middleware(ObserveMiddleware, sinks=(metrics.record, AccessLog(payloads=config.log_payloads)))
 
     @app.exception_handler(CanvasreadError)
     async def on_canvasread_error(request: Request, error: CanvasreadError) -> Response:
+        if error.status_code in (500, 502, 504):  # failures; 503 and 529 are load states, counted by /metrics
+            logger.error("request %s failed with %d: %s", _request_id(request), error.status_code, error.message)
         return error_response(error, _request_id(request))
+
+    @app.exception_handler(ClientDisconnect)
+    async def on_client_gone(request: Request, error: ClientDisconnect) -> Response:
+        return error_response(ClientDisconnected("the client closed the connection mid-body"), _request_id(request))
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, error: RequestValidationError) -> Response:
@@ -117,7 +154,7 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
     @app.post(
         "/v1/systemone",
         response_model=SystemOneResponse,
-        responses={422: {"description": "Validation error"}, 529: {"description": "Overloaded; retry"}},
+        responses=error_responses(400, 401, 404, 413, 422, 500, 503, 504, 529),
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -128,17 +165,16 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
     async def system_one(request: Request) -> Response:
         raw = await read_limited(request.stream(), config.max_body_bytes)
         data = decode_content(raw, request.headers.get("content-encoding", ""), config.max_body_bytes)
-        body = parse_body(data, request.headers.get("content-type", ""))
-        model, decision_request = parse_request(body.payload, body.parts)
+        body = parse_body(data, request.headers.get("content-type", ""), config.max_json_depth)
+        model, decision_request = parse_request(body.payload, body.parts, config.images)
         seen = exchange(request)
         seen.model, seen.request = model, decision_request
-        if len(decision_request.questions) > config.max_questions:
-            raise InvalidRequest.at(("body", "questions"), f"at most {config.max_questions} questions per request")
-        decision = await decider.decide(model, decision_request)
+        check_request(decision_request, config)
+        decision = await cancel_on_disconnect(request.receive, decider.decide(model, decision_request))
         seen.decision = decision
         return JSONResponse(decision.to_json())
 
-    @app.get("/v1/models", response_model=ModelList)
+    @app.get("/v1/models", response_model=ModelList, responses=error_responses(401))
     async def list_models() -> dict[str, Any]:
         cards = decider.model_cards()
         return {
@@ -172,6 +208,8 @@ def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastA
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _document_request_schema(app)
+    if config.api_keys:
+        document_bearer_auth(app)
     return app
 
 

@@ -19,7 +19,9 @@ import zstandard
 from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
+from canvasread.config import DEFAULT_MAX_JSON_DEPTH
 from canvasread.errors import BadRequest, FieldProblem, InvalidRequest, PayloadTooLarge
+from canvasread.server.limits import check_json_depth
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,24 @@ def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
     return decoded
 
 
-def parse_json(data: bytes) -> Any:
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def parse_json(data: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity (they could not be sent back), nesting measured before parsing."""
+    check_json_depth(data, max_depth)
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:  # decode errors, bad JSON, NaN, integers past 4300 digits
         raise InvalidRequest([FieldProblem(("body",), f"JSON decode error: {error}", "json_invalid")]) from None
 
 
-def parse_body(data: bytes, content_type: str) -> RequestBody:
+def parse_body(data: bytes, content_type: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> RequestBody:
     """JSON bodies pass through; multipart bodies are split into the JSON `request` part and the rest."""
     media_type, options = parse_options_header(content_type or "application/json")
     if media_type != b"multipart/form-data":
-        return RequestBody(parse_json(data), {})
+        return RequestBody(parse_json(data, max_depth), {})
     boundary = options.get(b"boundary")
     if not boundary:
         raise BadRequest("multipart/form-data without a boundary")
@@ -83,7 +91,7 @@ def parse_body(data: bytes, content_type: str) -> RequestBody:
             [FieldProblem(("body", "request"), "multipart body has no part named 'request'", "missing")]
         )
     request = parts.pop("request")
-    return RequestBody(parse_json(request), parts)
+    return RequestBody(parse_json(request, max_depth), parts)
 
 
 def _split_multipart(data: bytes, boundary: bytes) -> dict[str, bytes]:

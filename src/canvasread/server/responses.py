@@ -3,13 +3,69 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
 from canvasread.errors import CanvasreadError, InvalidRequest, Overloaded
 from canvasread.types import JSONValue
 
 REQUEST_ID_HEADER = "x-typesafe-request-id"
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    error_type: str
+    request_id: str
+
+
+class ErrorBody(BaseModel):
+    """Every error but a 422: `{"detail": {"message", "error_type", "request_id"}}`."""
+
+    detail: ErrorDetail
+
+
+class ValidationProblem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+    input: Any = None
+    ctx: dict[str, Any] | None = None
+
+
+class ValidationErrorBody(BaseModel):
+    """A 422: FastAPI's `detail` list, each `loc` starting with "body"."""
+
+    detail: list[ValidationProblem]
+
+
+_ERROR_MEANINGS = {
+    400: "The body cannot be read (broken compression, unknown encoding, malformed multipart)",
+    401: "Missing or unknown API key",
+    404: "Unknown model; the message lists the served ones",
+    413: "Body larger than the limit, before or after decompression",
+    500: "The model failed on this request; the server log has the details under the request id",
+    503: "The model is loading, failed to load, or is unhealthy; retry",
+    504: "No answer within the server's deadline; the request was dropped",
+    529: "Overloaded: the model's queue is full; retry after retry-after-ms",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for a route's error statuses, so clients and schema checks know every shape."""
+    documented: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        if status == 422:
+            documented[status] = {"description": "Validation error", "model": ValidationErrorBody}
+        else:
+            documented[status] = {"description": _ERROR_MEANINGS[status], "model": ErrorBody}
+    if 529 in documented:
+        documented[529]["headers"] = {
+            name: {"description": "How long to wait before retrying", "schema": {"type": "string"}}
+            for name in ("retry-after-ms", "Retry-After")
+        }
+    return documented
 
 
 def validation_detail(error: InvalidRequest) -> list[dict[str, JSONValue]]:

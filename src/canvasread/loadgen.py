@@ -1,0 +1,180 @@
+"""A closed-loop HTTP load driver for a canvasread server on this machine.
+
+`drive(plan)` runs `plan.concurrency` clients, each sending one
+`POST /v1/systemone` at a time until the plan's time or request budget is
+spent, and reports every outcome: status counts, latencies, transport errors,
+and answers that do not belong to their request. Each request carries its
+sequence number in its question key, so a server that lost, mixed up or
+duplicated answers shows up as a mismatch or a missing answer.
+
+Shared by `bench/soak.py` (overload and memory soak) and `canvasread bench`
+(a concurrency sweep). It refuses any host but loopback: it is built to
+overload whatever it points at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# What a server under overload may answer: an answer or a clean "retry later".
+SHEDDING_STATUSES = frozenset({200, 529})
+# Idle connections are dropped before uvicorn's 5 s keep-alive ends: reusing one the server is closing loses the
+# request (a POST is not retried), which would count against the server for the client's own race.
+KEEPALIVE_EXPIRY_S = 2.0
+
+BodyFactory = Callable[[int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How hard and how long to push; both budgets bound the run, whichever ends first."""
+
+    url: str
+    concurrency: int = 64
+    duration_s: float = 30.0
+    max_requests: int | None = None
+    timeout_s: float = 60.0
+    api_key: str = "local"
+
+    def __post_init__(self) -> None:
+        host = urlsplit(self.url).hostname
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(f"the load driver only targets loopback (127.0.0.1, localhost, ::1), not {host!r}")
+        if self.concurrency < 1 or self.duration_s <= 0 or self.timeout_s <= 0:
+            raise ValueError("concurrency, duration_s and timeout_s must be positive")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError("max_requests must be positive")
+
+
+def tagged_body(sequence: int) -> dict[str, Any]:
+    """A small request whose only question key carries its sequence number (see `belongs`)."""
+    return {
+        "model": "jev-latest",
+        "state": f"Ticket {sequence}: I was charged twice for my order and want a refund.",
+        "questions": {f"r{sequence}": {"type": "noul", "instructions": "Is the customer asking for money back?"}},
+    }
+
+
+def belongs(body: dict[str, Any], answer: dict[str, Any]) -> bool:
+    """A 200 answers exactly the questions its own request asked, in order."""
+    answers = answer.get("answers")
+    return isinstance(answers, dict) and list(answers) == list(body["questions"])
+
+
+@dataclass
+class LoadReport:
+    """Everything that happened; `problems()` lists what a server under overload must never do."""
+
+    sent: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    transport_errors: Counter[str] = field(default_factory=Counter)
+    mismatched: list[int] = field(default_factory=list)
+    answered_ok: list[int] = field(default_factory=list)
+    shed_without_retry_hint: int = 0
+    latencies_s: dict[int, list[float]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def answered(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def lost(self) -> int:
+        """Requests that got no HTTP answer at all (reset, timeout)."""
+        return self.sent - self.answered
+
+    def rate(self, status: int = 200) -> float:
+        return self.statuses[status] / self.elapsed_s if self.elapsed_s else 0.0
+
+    def latency_quantiles(self, status: int = 200) -> dict[str, float]:
+        samples = self.latencies_s.get(status, [])
+        if len(samples) < 2:
+            return {}
+        cuts = statistics.quantiles(samples, n=100, method="inclusive")
+        return {"p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": max(samples)}
+
+    def problems(self, allowed: frozenset[int] = SHEDDING_STATUSES) -> list[str]:
+        found = []
+        if unexpected := {s: n for s, n in self.statuses.items() if s not in allowed}:
+            found.append(f"statuses other than {sorted(allowed)}: {unexpected}")
+        if self.lost:
+            found.append(f"{self.lost} requests got no answer: {dict(self.transport_errors)}")
+        if self.mismatched:
+            found.append(f"{len(self.mismatched)} answers did not match their request (first: {self.mismatched[:5]})")
+        if self.shed_without_retry_hint:
+            found.append(f"{self.shed_without_retry_hint} 529s lacked retry-after-ms or Retry-After")
+        return found
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "statuses": {str(s): n for s, n in sorted(self.statuses.items())},
+            "lost": self.lost,
+            "mismatched": len(self.mismatched),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "answers_per_s": round(self.rate(200), 2),
+            "latency_200_s": {k: round(v, 4) for k, v in self.latency_quantiles(200).items()},
+        }
+
+
+async def drive(
+    plan: LoadPlan,
+    make_body: BodyFactory = tagged_body,
+    check: Callable[[dict[str, Any], dict[str, Any]], bool] = belongs,
+) -> LoadReport:
+    """Run the plan and report; never raises for what the server does, only for a bad plan."""
+    report = LoadReport()
+    sequence = itertools.count()
+    started = time.monotonic()
+    stop_at = started + plan.duration_s
+
+    def next_sequence() -> int | None:
+        number = next(sequence)
+        if time.monotonic() >= stop_at or (plan.max_requests is not None and number >= plan.max_requests):
+            return None
+        return number
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while (number := next_sequence()) is not None:
+            body = make_body(number)
+            report.sent += 1
+            sent_at = time.monotonic()
+            try:
+                response = await client.post("/v1/systemone", json=body)
+            except httpx.HTTPError as error:
+                report.transport_errors[type(error).__name__] += 1
+                continue
+            report.statuses[response.status_code] += 1
+            report.latencies_s.setdefault(response.status_code, []).append(time.monotonic() - sent_at)
+            if response.status_code == 200:
+                report.answered_ok.append(number)
+                if not check(body, response.json()):
+                    report.mismatched.append(number)
+            if response.status_code == 529 and not {"retry-after-ms", "retry-after"} <= set(response.headers):
+                report.shed_without_retry_hint += 1
+
+    async with httpx.AsyncClient(
+        base_url=plan.url,
+        headers={"Authorization": f"Bearer {plan.api_key}"},
+        timeout=plan.timeout_s,
+        limits=httpx.Limits(
+            max_connections=plan.concurrency,
+            max_keepalive_connections=plan.concurrency,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        ),
+        trust_env=False,  # no proxy from the environment: loopback stays loopback
+    ) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(plan.concurrency)))
+    report.elapsed_s = time.monotonic() - started
+    return report

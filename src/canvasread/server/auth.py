@@ -1,0 +1,107 @@
+"""API keys: who may call the server.
+
+With no keys configured every caller is let in, whatever key it sends (the
+official SDK refuses an empty key, so clients always send one). With keys,
+every route but the probes and the playground page needs
+`Authorization: Bearer <key>`; anything else is a 401 in the API's error
+shape. Keys are compared as SHA-256 digests with `hmac.compare_digest`, so
+neither a key's content nor its length leaks through timing, and they are
+never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from canvasread.errors import Unauthorized
+from canvasread.server.responses import error_response
+
+KEYS_ENV = "CANVASREAD_API_KEYS"
+# Probes must work for orchestrators that hold no key; the playground page holds no data (it asks for a key).
+PUBLIC_PATHS = frozenset({"/health", "/ready", "/"})
+PUBLIC_PREFIXES = ("/static/",)
+
+
+def collect_api_keys(
+    keys: Iterable[str] = (), *, keys_file: Path | None = None, environ: Mapping[str, str] = os.environ
+) -> frozenset[str]:
+    """Every key from flags, `CANVASREAD_API_KEYS` (comma separated) and a file (one a line, `#` comments).
+
+    Blank entries are dropped: an empty key would otherwise let in any caller that sends `Bearer `.
+    """
+    found = [*keys, *environ.get(KEYS_ENV, "").split(",")]
+    if keys_file is not None:
+        found += [line for line in keys_file.read_text().splitlines() if not line.lstrip().startswith("#")]
+    return frozenset(key.strip() for key in found if key.strip())
+
+
+def _digest(key: str | bytes) -> bytes:
+    return hashlib.sha256(key.encode() if isinstance(key, str) else key).digest()
+
+
+def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive), else None."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
+    return None
+
+
+class ApiKeyMiddleware:
+    """Refuses requests without a known key before they reach any route; sits inside `RequestIdMiddleware`."""
+
+    def __init__(self, app: ASGIApp, keys: frozenset[str]) -> None:
+        self.app = app
+        self._digests = tuple(_digest(key) for key in keys)
+
+    def _allows(self, token: bytes) -> bool:
+        """Compares against every key, without stopping at a match, so timing says nothing of which matched."""
+        digest = _digest(token)
+        matched = False
+        for known in self._digests:
+            matched |= hmac.compare_digest(digest, known)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not self._digests or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(scope["headers"])
+        if token is not None and self._allows(token):
+            await self.app(scope, receive, send)
+            return
+        message = "invalid API key" if token is not None else "missing API key: send Authorization: Bearer <key>"
+        request_id = str(scope.get("state", {}).get("request_id", "-"))
+        response = error_response(Unauthorized(message), request_id)
+        response.headers["WWW-Authenticate"] = "Bearer"
+        await response(scope, receive, send)
+
+
+def document_bearer_auth(app: FastAPI) -> None:
+    """Declare the key in the app's OpenAPI document, so generated clients and schema fuzzers send it."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "One of the server's API keys (--api-key, CANVASREAD_API_KEYS or --api-keys-file).",
+        }
+        schema["security"] = [{"apiKey": []}]
+        for path in PUBLIC_PATHS & set(schema.get("paths", {})):
+            for operation in schema["paths"][path].values():
+                operation["security"] = []
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,176 @@
+"""API keys and CORS against the real `canvasread serve` process, plus the key parsing rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import CliServer, cli_process
+from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
+
+from canvasread.server.auth import bearer_token, collect_api_keys
+
+KEYS = ("flag-key-1", "flag-key-2", "env-key-3", "file-key-4")
+ORIGIN = "http://playground.example"
+BODY = {
+    "model": "jev-latest",
+    "state": "I was charged twice.",
+    "questions": {"q": {"type": "noul", "instructions": "?"}},
+}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliServer]:
+    keys_file = tmp_path_factory.mktemp("keys") / "keys.txt"
+    keys_file.write_text(f"# rotated 2026-05\n\n  {KEYS[3]}  \n")
+    with cli_process(
+        *("--api-key", KEYS[0], "--api-key", KEYS[1], "--api-keys-file", str(keys_file)),
+        *("--cors-origin", ORIGIN, "--log-level", "info"),
+        env={"CANVASREAD_API_KEYS": f"{KEYS[2]}, ,"},
+    ) as server:
+        yield server
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def assert_401(response: httpx.Response) -> None:
+    assert response.status_code == 401, response.text
+    assert response.headers["www-authenticate"] == "Bearer"
+    detail = response.json()["detail"]
+    assert detail["error_type"] == "unauthorized"
+    assert detail["request_id"] == response.headers["x-typesafe-request-id"]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_every_configured_key_is_let_in(keyed: CliServer, key: str) -> None:
+    response = httpx.post(keyed.base + "/v1/systemone", json=BODY, headers=bearer(key), timeout=30)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        bearer("wrong"),
+        bearer(KEYS[0] + "x"),
+        bearer(KEYS[0][:-1]),
+        {"Authorization": KEYS[0]},
+        {"Authorization": f"Basic {KEYS[0]}"},
+        {"Authorization": "Bearer"},
+        {"X-Api-Key": KEYS[0]},
+    ],
+)
+def test_missing_or_wrong_keys_are_401(keyed: CliServer, headers: dict[str, str]) -> None:
+    assert_401(httpx.post(keyed.base + "/v1/systemone", json=BODY, headers=headers, timeout=30))
+
+
+def test_the_scheme_is_case_insensitive(keyed: CliServer) -> None:
+    response = httpx.post(
+        keyed.base + "/v1/systemone", json=BODY, headers={"Authorization": f"bearer {KEYS[0]}"}, timeout=30
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/openapi.json", "/docs", "/metrics", "/no/such/route"])
+def test_every_other_route_needs_a_key(keyed: CliServer, path: str) -> None:
+    assert_401(httpx.get(keyed.base + path))
+    assert httpx.get(keyed.base + path, headers=bearer(KEYS[1])).status_code != 401
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready", "/"])
+def test_probes_and_the_playground_page_are_public(keyed: CliServer, path: str) -> None:
+    assert httpx.get(keyed.base + path).status_code == 200
+
+
+def test_the_official_sdk_with_and_without_the_key(keyed: CliServer) -> None:
+    question = {"q": Noul(instructions="Is this about money?")}
+    with TypeSafeClient(base_url=keyed.base, api_key=KEYS[3]) as client:
+        assert 0.0 <= client.system_one("I was charged twice.", question).nouls["q"].noul <= 1.0
+    with TypeSafeClient(base_url=keyed.base, api_key="stolen") as client, pytest.raises(TypeSafeAuthenticationError):
+        client.system_one("I was charged twice.", question)
+
+
+def test_openapi_declares_the_bearer_key(keyed: CliServer) -> None:
+    schema = httpx.get(keyed.base + "/openapi.json", headers=bearer(KEYS[0])).json()
+    assert schema["components"]["securitySchemes"]["apiKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["apiKey"]["description"],
+    }
+    assert schema["security"] == [{"apiKey": []}]
+    assert schema["paths"]["/health"]["get"]["security"] == []
+
+
+def test_keys_never_reach_the_log(keyed: CliServer) -> None:
+    for key in (*KEYS, "guessed-key-0"):
+        httpx.post(keyed.base + "/v1/systemone", json=BODY, headers=bearer(key), timeout=30)
+    output = keyed.output()
+    assert "4 configured" in output
+    assert "/v1/systemone" in output  # the access log is on, so the keys had their chance to leak
+    for key in (*KEYS, "guessed-key-0"):
+        assert key not in output
+
+
+def test_cors_preflight_without_credentials_is_answered(keyed: CliServer) -> None:
+    preflight = httpx.options(
+        keyed.base + "/v1/systemone",
+        headers={
+            "Origin": ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+    assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+
+
+def test_cors_answers_name_the_allowed_origin_only(keyed: CliServer) -> None:
+    allowed = httpx.post(
+        keyed.base + "/v1/systemone", json=BODY, headers={**bearer(KEYS[0]), "Origin": ORIGIN}, timeout=30
+    )
+    assert allowed.headers["access-control-allow-origin"] == ORIGIN
+    assert "x-typesafe-request-id" in allowed.headers["access-control-expose-headers"]
+    other = httpx.post(
+        keyed.base + "/v1/systemone", json=BODY, headers={**bearer(KEYS[0]), "Origin": "http://evil.example"}
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_without_keys_any_key_or_none_is_accepted_and_cors_is_off(sparrow_server: str) -> None:
+    for headers in ({}, bearer("anything"), {"Origin": ORIGIN}):
+        response = httpx.post(sparrow_server + "/v1/systemone", json=BODY, headers=headers, timeout=30)
+        assert response.status_code == 200
+        assert "access-control-allow-origin" not in response.headers
+    preflight = httpx.options(
+        sparrow_server + "/v1/systemone", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+    )
+    assert "access-control-allow-origin" not in preflight.headers
+
+
+def test_keys_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("# a comment\nfile-a\n\n   \n  file-b  \n  # indented comment\n")
+    keys = collect_api_keys(["flag", " ", ""], keys_file=keys_file, environ={"CANVASREAD_API_KEYS": "env-a,,env-b "})
+    assert keys == {"flag", "file-a", "file-b", "env-a", "env-b"}
+    assert collect_api_keys(environ={}) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("headers", "token"),
+    [
+        ([(b"authorization", b"Bearer abc")], b"abc"),
+        ([(b"Authorization", b"BEARER  abc ")], b"abc"),
+        ([(b"authorization", b"Bearer")], None),
+        ([(b"authorization", b"Bearer ")], None),
+        ([(b"authorization", b"Token abc")], None),
+        ([(b"x-other", b"Bearer abc")], None),
+    ],
+)
+def test_bearer_token_parsing(headers: list[tuple[bytes, bytes]], token: Any) -> None:
+    assert bearer_token(headers) == token

@@ -151,3 +151,42 @@ def test_prefix_cache_serves_requests_with_the_same_questions(tiny_decider: Deci
     tiny_decider.ask("second customer, different state", questions, samples=1)
     after = backend.counters()
     assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 1
+
+
+def test_graph_replays_equal_eager_passes(tiny_decider: Decider) -> None:
+    """Graph replays pad rows, tokens and the prefix to buckets and reuse static buffers; nothing may change.
+
+    On the CPU the graph cache runs its static-buffer path eagerly (no capture), so this checks everything
+    but the capture itself: padding, prefix copies, and reuse of one entry across different prefixes.
+    """
+    from canvasread.engine.graphs import GraphCache
+    from canvasread.engine.runner import FusedRunner, Row
+
+    runtime = backend_of(tiny_decider)._runtime
+    assert runtime is not None
+    runner: FusedRunner = runtime.reader.runner  # type: ignore[attr-defined]
+    generator = torch.Generator().manual_seed(4)
+
+    def ids(count: int) -> list[int]:
+        return torch.randint(3, 262_144, (count,), generator=generator).tolist()
+
+    graphs = GraphCache(capture=False, length_step=32)
+    for prefix_length, suffixes in ((30, (5, 40, 12)), (27, (50, 9, 3)), (33, (20,))):
+        [prefix] = runner.run([Row(None, ids(prefix_length), (), (), (), keep_kv=True)])
+        assert prefix.kv is not None
+        rows = [
+            Row(prefix.kv, ids(n), ids(32), (2, 17, 30), ((5, 6), (7, 8, 9), (10, 11)), keep_kv=True) for n in suffixes
+        ]
+        runner.graphs = None
+        eager = runner.run(rows)
+        runner.graphs = graphs
+        try:
+            replayed = runner.run(rows)
+        finally:
+            runner.graphs = None
+        for a, b in zip(eager, replayed, strict=True):
+            for x, y in zip(a.label_logprobs, b.label_logprobs, strict=True):
+                assert torch.allclose(x, y, atol=1e-5)
+            assert a.kv is not None and b.kv is not None and a.kv.length == b.kv.length
+            assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.kv.keys, b.kv.keys, strict=True))
+    assert graphs.replays == 3 and graphs.captures == 2  # the second prefix reused the first entry

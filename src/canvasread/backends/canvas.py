@@ -192,6 +192,7 @@ class EngineSettings:
     experts: str | None = None
     random_init_std: float | None = None
     naive: bool = False
+    cuda_graphs: bool = True
     cache_bytes: int = 2 << 30
     max_rows: int = 256
 
@@ -233,7 +234,9 @@ def canvas_backend_for_checkpoint(
             NaiveReader(loaded.model)
             if settings.naive
             else InProcessReader(
-                FusedRunner(loaded.model), cache_bytes=settings.cache_bytes, max_rows=settings.max_rows
+                FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs),
+                cache_bytes=settings.cache_bytes,
+                max_rows=settings.max_rows,
             )
         )
         return CanvasRuntime(

@@ -77,7 +77,11 @@ class InProcessReader:
         self.stats = ReaderCounters()
 
     def counters(self) -> Mapping[str, float]:
-        return dict(vars(self.stats))
+        counted: dict[str, float] = dict(vars(self.stats))
+        graphs = self.runner.graphs
+        if graphs is not None:
+            counted.update(graph_replays=graphs.replays, graph_captures=graphs.captures)
+        return counted
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         work: dict[tuple[int, ...], _PromptWork] = {}

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from canvasread.engine.graphs import GraphCache
+
 
 @dataclass
 class PromptKV:
@@ -71,10 +73,38 @@ class RowOutput:
     kv: PromptKV | None
 
 
+@dataclass(frozen=True)
+class PassShape:
+    """The padded size of one pass: rows, new tokens per row, cached tokens per row."""
+
+    batch: int
+    new: int
+    past: int
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> PassShape:
+        return cls(
+            len(rows),
+            max(len(r.prompt_ids) + len(r.canvas_ids) for r in rows),
+            max(r.past.length if r.past is not None else 0 for r in rows),
+        )
+
+
+@dataclass
+class PassInputs:
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    is_canvas: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    real_tokens: torch.Tensor
+    max_past: int
+    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
 class FusedRunner:
     """Runs batches of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, cuda_graphs: bool = False) -> None:
         self.model = model
         text = model.model.encoder.language_model
         self.layers = text.layers
@@ -88,6 +118,7 @@ class FusedRunner:
         self.layer_types: list[str] = list(self.config.layer_types)
         self.window = int(self.config.sliding_window)
         self.passes = 0
+        self.graphs = GraphCache() if cuda_graphs and self.device.type == "cuda" else None
 
     @property
     def device(self) -> torch.device:
@@ -95,51 +126,100 @@ class FusedRunner:
 
     @torch.inference_mode()
     def run(self, rows: Sequence[Row]) -> list[RowOutput]:
-        """One pass over the layers for every row; rows of any lengths are padded into one batch."""
+        """One pass over the layers for every row; rows of any lengths are padded into one batch.
+
+        Small batches that share one cached prefix replay CUDA graphs when enabled (`graphs`).
+        """
         self.passes += 1
-        device = self.device
-        batch = len(rows)
+        prompt_lengths = [len(row.prompt_ids) for row in rows]
+        graphed = self.graphs.run(self, rows) if self.graphs is not None else None
+        if graphed is not None:
+            hidden, new_keys, new_values = graphed
+        else:
+            inputs = self._prepare(rows, PassShape.of(rows), filter_padding=True)
+            hidden, new_keys, new_values = self._forward(rows, inputs)
+        return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
+
+    def _prepare(
+        self,
+        rows: Sequence[Row],
+        shape: PassShape,
+        *,
+        filter_padding: bool,
+        past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> PassInputs:
+        """Host-side tensors for a pass of `shape` (rows beyond `len(rows)` and tokens beyond a row are padding).
+
+        With `filter_padding` the experts see real tokens only; a CUDA graph
+        needs fixed sizes, so it routes padding tokens too (their outputs are
+        never read, and no real token attends to them). `past` gives, per
+        layer, one [1, heads, shape.past, dim] key and value buffer shared by
+        all rows (a graph's static copy of the common prefix).
+        """
+        batch, max_new, max_past = shape.batch, shape.new, shape.past
         past_lengths = [row.past.length if row.past is not None else 0 for row in rows]
         prompt_lengths = [len(row.prompt_ids) for row in rows]
-        canvas_lengths = [len(row.canvas_ids) for row in rows]
-        new_lengths = [p + c for p, c in zip(prompt_lengths, canvas_lengths, strict=True)]
-        max_past, max_new = max(past_lengths), max(new_lengths)
-
+        new_lengths = [len(row.prompt_ids) + len(row.canvas_ids) for row in rows]
+        padding_rows = batch - len(rows)
+        past_lengths += [max_past] * padding_rows
+        prompt_lengths += [0] * padding_rows
+        new_lengths += [0] * padding_rows
         tokens = torch.zeros(batch, max_new, dtype=torch.long)
         positions = torch.zeros(batch, max_new, dtype=torch.long)
         is_canvas = torch.zeros(batch, max_new, dtype=torch.bool)
         for b, row in enumerate(rows):
             ids = [*row.prompt_ids, *row.canvas_ids]
             tokens[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            positions[b] = past_lengths[b] + torch.arange(max_new)
             is_canvas[b, prompt_lengths[b] : new_lengths[b]] = True
-        tokens, positions, is_canvas = tokens.to(device), positions.to(device), is_canvas.to(device)
-        valid = torch.arange(max_new)[None, :] < torch.tensor(new_lengths)[:, None]
-        # Flat indices of real (non-padding) tokens, computed on the host so no layer has to synchronise.
-        real_tokens = valid.reshape(-1).nonzero().squeeze(1).to(device)
-
+        positions += torch.tensor(past_lengths)[:, None] + torch.arange(max_new)[None, :]
+        if filter_padding:
+            valid = torch.arange(max_new)[None, :] < torch.tensor(new_lengths)[:, None]
+            real_tokens = valid.reshape(-1).nonzero().squeeze(1)
+        else:
+            real_tokens = torch.arange(batch * max_new)
         masks = {
             kind: self._mask(kind, past_lengths, prompt_lengths, new_lengths, max_past, max_new)
-            for kind in set(self.layer_types)
+            for kind in sorted(set(self.layer_types))
         }
-        hidden = self.embed(tokens)
-        if any(canvas_lengths):
-            # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
-            conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
-            hidden = torch.where(is_canvas[..., None], conditioned, hidden)
-        rope = {kind: self.rotary(hidden, positions, kind) for kind in set(self.layer_types)}
+        device = self.device
+        return PassInputs(
+            tokens.to(device),
+            positions.to(device),
+            is_canvas.to(device),
+            {kind: mask.to(device) for kind, mask in masks.items()},
+            real_tokens.to(device),
+            max_past,
+            past,
+        )
 
+    def _forward(
+        self,
+        rows: Sequence[Row],
+        inputs: PassInputs,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """The layer loop: device work only, no host synchronisation (so it can be captured in a CUDA graph)."""
+        hidden = self.embed(inputs.tokens)
+        # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
+        conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
+        hidden = torch.where(inputs.is_canvas[..., None], conditioned, hidden)
+        rope = {kind: self.rotary(hidden, inputs.positions, kind) for kind in inputs.masks}
         new_keys: list[torch.Tensor] = []
         new_values: list[torch.Tensor] = []
         for index, layer in enumerate(self.layers):
             kind = self.layer_types[index]
-            hidden, keys, values = self._layer(
-                layer, hidden, rope[kind], masks[kind], rows, index, max_past, real_tokens
-            )
+            past: tuple[torch.Tensor, torch.Tensor] | None = None
+            if inputs.past is not None:
+                batch = hidden.shape[0]
+                past = (
+                    inputs.past[index][0].expand(batch, -1, -1, -1),
+                    inputs.past[index][1].expand(batch, -1, -1, -1),
+                )
+            elif inputs.max_past:
+                past = _padded_past(rows, index, hidden.shape[0], inputs.max_past)
+            hidden, keys, values = self._layer(layer, hidden, rope[kind], inputs.masks[kind], past, inputs.real_tokens)
             new_keys.append(keys)
             new_values.append(values)
-
-        return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
+        return hidden, new_keys, new_values
 
     def _mask(
         self,
@@ -150,8 +230,8 @@ class FusedRunner:
         max_past: int,
         max_new: int,
     ) -> torch.Tensor:
-        """[batch, 1, new, past + new] booleans: which keys each new token may attend to."""
-        device = self.device
+        """[batch, 1, new, past + new] booleans: which keys each new token may attend to (built on the host)."""
+        device = torch.device("cpu")
         past = torch.tensor(past_lengths, device=device)[:, None, None]
         prompt = torch.tensor(prompt_lengths, device=device)[:, None, None]
         new = torch.tensor(new_lengths, device=device)[:, None, None]
@@ -186,9 +266,7 @@ class FusedRunner:
         hidden: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
-        rows: Sequence[Row],
-        index: int,
-        max_past: int,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
         real_tokens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         residual = hidden
@@ -208,10 +286,9 @@ class FusedRunner:
         values = attention.v_norm(raw_values).transpose(1, 2)
 
         all_keys, all_values = keys, values
-        if max_past:
-            past_keys, past_values = _padded_past(rows, index, keys, values, max_past)
-            all_keys = torch.cat([past_keys, keys], dim=2)
-            all_values = torch.cat([past_values, values], dim=2)
+        if past is not None:
+            all_keys = torch.cat([past[0], keys], dim=2)
+            all_values = torch.cat([past[1], values], dim=2)
         attended = F.scaled_dot_product_attention(
             query, all_keys, all_values, attn_mask=mask, scale=1.0, enable_gqa=True
         )
@@ -279,19 +356,18 @@ class FusedRunner:
         return PromptKV(keys, values, past_length + prompt_length)
 
 
-def _padded_past(
-    rows: Sequence[Row], index: int, keys: torch.Tensor, values: torch.Tensor, max_past: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded_past(rows: Sequence[Row], index: int, batch: int, max_past: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer `index` of every row's cached KV, padded to `max_past`; a past shared by all rows is not copied."""
     shared = rows[0].past
-    batch = len(rows)
     if shared is not None and shared.length == max_past and all(row.past is shared for row in rows):
         return (
             shared.keys[index].unsqueeze(0).expand(batch, -1, -1, -1),
             shared.values[index].unsqueeze(0).expand(batch, -1, -1, -1),
         )
-    past_keys = keys.new_zeros(batch, keys.shape[1], max_past, keys.shape[-1])
-    past_values = values.new_zeros(batch, values.shape[1], max_past, values.shape[-1])
+    some = next(row.past for row in rows if row.past is not None)
+    keys, values = some.keys[index], some.values[index]
+    past_keys = keys.new_zeros(batch, keys.shape[0], max_past, keys.shape[-1])
+    past_values = values.new_zeros(batch, values.shape[0], max_past, values.shape[-1])
     for b, row in enumerate(rows):
         if row.past is not None:
             past_keys[b, :, : row.past.length] = row.past.keys[index]

@@ -1,0 +1,216 @@
+"""`canvasread bench`: drive a running server over HTTP at a sweep of concurrencies and report.
+
+The standard workload is the one the targets are stated for: a state of about
+150 tokens that differs per request, and three questions whose instructions
+are the same across requests (a noul, a 5-way choice, a 4-level score), read
+once. Each level runs closed-loop clients for a fixed time through
+`loadgen.drive`; decisions per second count answered questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from canvasread.loadgen import LoadPlan, LoadReport, drive
+
+QUESTIONS: dict[str, Any] = {
+    "refund": {"type": "noul", "instructions": "Is the customer asking for their money back?"},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {
+            "billing": "charges, refunds, invoices",
+            "technical": "bugs, outages, errors",
+            "sales": "new orders, upgrades, quotes",
+            "account": "logins, passwords, profile changes",
+            "other": None,
+        },
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent is this ticket?",
+        "criteria": ["can wait", "this week", "today", "right now"],
+    },
+}
+TICKET = (
+    "Ticket #{n}. Hello, I am writing again about order {order}. I was charged twice on my card ending in {card}: "
+    "once on Monday and again on Wednesday, for the same amount of {amount} euros. I never received a second "
+    "package, so the second charge must be a mistake. I tried calling support twice but nobody answered and the "
+    "chat bot kept sending me to the FAQ page. This is really frustrating because the money was meant for rent "
+    "this month. Please refund the duplicate charge as soon as possible and confirm by email. If this is not "
+    "resolved by Friday I will have to dispute the charge with my bank and cancel my subscription. Thanks, {name}."
+)
+NAMES = ("Ana", "Bram", "Chloé", "Dev", "Eitan", "Fatima", "Gus", "Hana")
+P95_BUDGET_MS = 400.0
+
+
+def standard_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The standard workload: a fresh ~150-token state per request, fixed questions."""
+    state = TICKET.format(
+        n=sequence,
+        order=10_000 + sequence * 7 % 90_000,
+        card=1000 + sequence % 9000,
+        amount=20 + sequence % 180,
+        name=NAMES[sequence % len(NAMES)],
+    )
+    return {"model": model, "state": state, "questions": QUESTIONS, "samples": 1}
+
+
+def answers_every_question(body: dict[str, Any], answer: dict[str, Any]) -> bool:
+    answers = answer.get("answers")
+    return isinstance(answers, dict) and list(answers) == list(body["questions"])
+
+
+@dataclass(frozen=True)
+class Level:
+    """One concurrency level of the sweep."""
+
+    concurrency: int
+    requests_ok: int
+    errors: int
+    statuses: dict[str, int]
+    decisions_per_s: float
+    requests_per_s: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    elapsed_s: float
+
+    @classmethod
+    def from_report(cls, concurrency: int, report: LoadReport, questions: int) -> Level:
+        latencies = sorted(1000.0 * s for s in report.latencies_s.get(200, []))
+        ok = report.statuses.get(200, 0)
+        elapsed = report.elapsed_s or 1e-9
+        return cls(
+            concurrency=concurrency,
+            requests_ok=ok,
+            errors=report.sent - ok,
+            statuses={str(k): v for k, v in sorted(report.statuses.items())},
+            decisions_per_s=ok * questions / elapsed,
+            requests_per_s=ok / elapsed,
+            p50_ms=_quantile(latencies, 0.50),
+            p95_ms=_quantile(latencies, 0.95),
+            p99_ms=_quantile(latencies, 0.99),
+            elapsed_s=report.elapsed_s,
+        )
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    return statistics.quantiles(sorted_values, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+def run_sweep(
+    url: str,
+    model: str,
+    concurrencies: Sequence[int],
+    *,
+    duration_s: float,
+    api_key: str = "local",
+    on_level: Callable[[Level], None] | None = None,
+) -> list[Level]:
+    """Run every level in turn (each after a short warm-up at that concurrency)."""
+    levels = []
+    for concurrency in concurrencies:
+
+        def body(sequence: int) -> dict[str, Any]:
+            return standard_body(sequence, model)
+
+        warmup = LoadPlan(
+            url,
+            concurrency=concurrency,
+            duration_s=max(0.5, duration_s / 5),
+            max_requests=concurrency * 2,
+            api_key=api_key,
+        )
+        asyncio.run(drive(warmup, body, answers_every_question))
+        plan = LoadPlan(url, concurrency=concurrency, duration_s=duration_s, api_key=api_key)
+        report = asyncio.run(drive(plan, body, answers_every_question))
+        level = Level.from_report(concurrency, report, len(QUESTIONS))
+        levels.append(level)
+        if on_level is not None:
+            on_level(level)
+    return levels
+
+
+def best_within_budget(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGET_MS) -> Level | None:
+    """The level with the most decisions per second whose p95 stays within the budget."""
+    eligible = [lv for lv in levels if lv.p95_ms is not None and lv.p95_ms <= p95_budget_ms and lv.errors == 0]
+    return max(eligible, key=lambda lv: lv.decisions_per_s, default=None)
+
+
+def summarise(
+    levels: Sequence[Level], baseline: Sequence[Level], *, command: str, gpu: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The results file: the keys the benchmark issue asks for, then everything measured."""
+    best = best_within_budget(levels)
+    single = next((lv for lv in levels if lv.concurrency == 1), None)
+    naive_best = best_within_budget(baseline) if baseline else None
+    naive_single = next((lv for lv in baseline if lv.concurrency == 1), None)
+    result: dict[str, Any] = {
+        "gpu": gpu,
+        "date": dt.date.today().isoformat(),
+        "command": command,
+        "single_client_p50_ms": single.p50_ms if single else None,
+        "decisions_per_s": best.decisions_per_s if best else None,
+        "p95_ms_at_best": best.p95_ms if best else None,
+        "concurrency_at_best": best.concurrency if best else None,
+        "naive_single_client_p50_ms": naive_single.p50_ms if naive_single else None,
+        "naive_decisions_per_s": naive_best.decisions_per_s if naive_best else None,
+        "sweep": [vars(level) for level in levels],
+        "naive_sweep": [vars(level) for level in baseline],
+        "workload": {"questions": QUESTIONS, "state_example": standard_body(0)["state"], "samples": 1},
+        "host": {"python": platform.python_version(), "machine": platform.machine()},
+    }
+    if single and naive_single and single.p50_ms and naive_single.p50_ms:
+        result["speedup_single_client_p50"] = naive_single.p50_ms / single.p50_ms
+    if best and naive_best and naive_best.decisions_per_s:
+        result["speedup_decisions_per_s"] = best.decisions_per_s / naive_best.decisions_per_s
+    result.update(extra or {})
+    return result
+
+
+def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
+    """`bench.json` and, when matplotlib is installed, `bench.png` (latency and throughput per concurrency)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "bench.json"]
+    written[0].write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        import matplotlib
+    except ImportError:
+        return written
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (throughput, latency) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, sweep in (("canvasread", result["sweep"]), ("naive", result["naive_sweep"])):
+        if not sweep:
+            continue
+        xs = [level["concurrency"] for level in sweep]
+        throughput.plot(xs, [level["decisions_per_s"] for level in sweep], marker="o", label=name)
+        latency.plot(xs, [level["p50_ms"] for level in sweep], marker="o", label=f"{name} p50")
+        latency.plot(xs, [level["p95_ms"] for level in sweep], marker="x", linestyle="--", label=f"{name} p95")
+    for axis, label in ((throughput, "decisions / s"), (latency, "latency (ms)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent clients")
+        axis.set_ylabel(label)
+        axis.grid(True, alpha=0.3)
+        axis.legend()
+    latency.axhline(P95_BUDGET_MS, color="grey", linewidth=0.8)
+    figure.suptitle(f"canvasread bench — {result['gpu']} — {result['date']}")
+    figure.tight_layout()
+    figure.savefig(out / "bench.png", dpi=120)
+    plt.close(figure)
+    written.append(out / "bench.png")
+    return written

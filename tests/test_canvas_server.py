@@ -40,7 +40,8 @@ def test_sdk_gets_all_three_types(tiny_server: str) -> None:
 def test_64_questions_and_a_255_option_choice_in_one_request(tiny_server: str) -> None:
     questions: dict[str, object] = {f"q{i}": Noul(instructions=f"Is statement {i} true?") for i in range(64)}
     questions["intent"] = Choice(instructions="Which intent?", criteria={f"intent_{i}": None for i in range(255)})
-    with TypeSafeClient(base_url=tiny_server, api_key="local") as client:
+    # A 4,000-token prompt on a CPU: give it more than the SDK's default 10 s.
+    with TypeSafeClient(base_url=tiny_server, api_key="local", timeout=120) as client:
         result = client.system_one("A long support conversation.", questions)  # type: ignore[arg-type]
     assert len(result.answers) == 65
     assert len(result.choices["intent"].probabilities) == 255

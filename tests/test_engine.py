@@ -190,3 +190,18 @@ def test_graph_replays_equal_eager_passes(tiny_decider: Decider) -> None:
             assert a.kv is not None and b.kv is not None and a.kv.length == b.kv.length
             assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.kv.keys, b.kv.keys, strict=True))
     assert graphs.replays == 3 and graphs.captures == 2  # the second prefix reused the first entry
+
+
+@pytest.mark.parametrize("shift", [1, 2, 4])
+def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_decider: Decider, shift: int) -> None:
+    options = {"billing": "charges", "technical": None, "sales": "orders", "account": "logins", "other": None}
+    names = list(options)
+    shifted = {name: options[name] for name in names[shift:] + names[:shift]}
+
+    def ask(criteria: dict[str, Any], order: str) -> dict[str, float]:
+        question = {"team": {"type": "choice", "instructions": "Which team?", "criteria": criteria, "order": order}}
+        answer = tiny_decider.ask(STATE, question, seed=9, samples=1)["answers"]["team"]
+        return answer["probabilities"]  # type: ignore[index,return-value]
+
+    assert ask(options, "rotate") == ask(shifted, "rotate")  # bit for bit, label by label
+    assert ask(options, "as-given") != ask(shifted, "as-given")  # the plain read does move with the order

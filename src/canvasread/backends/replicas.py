@@ -1,0 +1,68 @@
+"""Several replicas of one model (one per GPU) behind a single `Backend`.
+
+The batch queue hands a batch to the replica set, which splits it into
+contiguous shares, one per replica, reads them concurrently (each replica
+has its own device and worker thread) and returns the results in order. A
+batch of one uses one replica. Planning does not depend on the device, so any
+replica's `prepare` serves all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCounters
+from canvasread.types import DecisionRequest, DecisionResult, ModelCard
+
+
+class ReplicaSet:
+    def __init__(self, replicas: Sequence[AnyBackend]) -> None:
+        if not replicas:
+            raise ValueError("a replica set needs at least one replica")
+        names = {replica.card.name for replica in replicas}
+        if len(names) != 1:
+            raise ValueError(f"replicas must serve one model, not {sorted(names)}")
+        self.replicas = list(replicas)
+        self._pool = ThreadPoolExecutor(max_workers=len(replicas), thread_name_prefix="canvasread-replica")
+        self.batches_per_replica = [0] * len(replicas)
+
+    @property
+    def card(self) -> ModelCard:
+        first = self.replicas[0].card
+        return ModelCard(
+            first.name, f"{first.description} ({len(self.replicas)} replicas)", first.release_date, first.capabilities
+        )
+
+    @property
+    def fingerprint(self) -> str | None:
+        first = self.replicas[0]
+        return first.fingerprint if isinstance(first, HasFingerprint) else None
+
+    def load(self) -> None:
+        """Load every replica at once (each onto its own device)."""
+        for future in [self._pool.submit(replica.load) for replica in self.replicas]:
+            future.result()
+
+    def counters(self) -> Mapping[str, float]:
+        totals: dict[str, float] = {}
+        for replica in self.replicas:
+            if isinstance(replica, ReportsCounters):
+                for name, value in replica.counters().items():
+                    totals[name] = totals.get(name, 0.0) + value
+        return totals
+
+    def prepare(self, request: DecisionRequest) -> Any:
+        return self.replicas[0].prepare(request)
+
+    def decide(self, jobs: Sequence[Any]) -> list[DecisionResult]:
+        count = min(len(self.replicas), len(jobs))
+        bounds = [round(i * len(jobs) / count) for i in range(count + 1)]
+        shares = [(index, jobs[bounds[index] : bounds[index + 1]]) for index in range(count)]
+        futures = [self._pool.submit(self.replicas[index].decide, share) for index, share in shares]
+        results: list[DecisionResult] = []
+        for (index, _), future in zip(shares, futures, strict=True):
+            results.extend(future.result())
+            self.batches_per_replica[index] += 1
+        return results

@@ -1,7 +1,7 @@
 """A bounded queue that turns concurrent requests into batches for one backend worker.
 
-The collect loop takes what is waiting (up to `max_batch`), optionally lingers
-`max_wait_s` for stragglers, hands the batch to a single worker thread and
+The collect loop takes what is waiting (up to `max_batch`), lingers briefly for
+requests already on their way (see `_next_batch`), hands the batch to a single worker thread and
 resolves one future per job. While the worker runs, new jobs pile up and form
 the next batch, so throughput grows with load while a lone job starts at once.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
@@ -34,6 +34,8 @@ class BatchPolicy:
     max_batch: int = 32
     max_wait_s: float = 0.0
     max_pending: int = 1024
+    # How long a batch may wait for requests that are already accepted but still being prepared.
+    linger_s: float = 0.003
 
 
 @dataclass
@@ -81,7 +83,10 @@ class BatchQueue(Generic[JobT, ResultT]):
         return self._pending
 
     def start(self) -> None:
+        """Start the collect loop; the queue and the idle flag belong to the running event loop."""
         self._queue = asyncio.Queue()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batch-{self.name}")
 
     async def stop(self, drain_s: float = 0.0) -> None:
@@ -133,13 +138,20 @@ class BatchQueue(Generic[JobT, ResultT]):
         return min(30.0, max(0.05, per_batch * batches_ahead))
 
     async def _next_batch(self, queue: asyncio.Queue[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
+        """Everything waiting, plus stragglers: for `max_wait_s`, and for `linger_s` more while requests that
+        were accepted are still being prepared (closed-loop clients that just got an answer send their next
+        request a moment later; without this they would fall out of step and be read one at a time).
+        A lone request never waits: nothing else is in flight."""
         batch = [await queue.get()]
-        deadline = time.monotonic() + self.policy.max_wait_s
+        started = time.monotonic()
         while len(batch) < self.policy.max_batch:
             if not queue.empty():
                 batch.append(queue.get_nowait())
                 continue
-            remaining = deadline - time.monotonic()
+            waited = time.monotonic() - started
+            remaining = self.policy.max_wait_s - waited
+            if self._pending > len(batch):
+                remaining = max(remaining, self.policy.linger_s - waited)
             if remaining <= 0:
                 break
             try:

@@ -41,8 +41,10 @@ class ReplicaSet:
         return first.fingerprint if isinstance(first, HasFingerprint) else None
 
     def load(self) -> None:
-        """Load every replica at once (each onto its own device)."""
-        for future in [self._pool.submit(replica.load) for replica in self.replicas]:
+        """Load the first replica alone (first imports of transformers are not thread-safe), then the rest at once."""
+        first, *others = self.replicas
+        first.load()
+        for future in [self._pool.submit(replica.load) for replica in others]:
             future.result()
 
     def counters(self) -> Mapping[str, float]:

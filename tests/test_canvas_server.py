@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from serving import serve_cli
-from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
+from typesafe_sdk import Choice, Image, Noul, Score, TypeSafeClient
 
 ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
 
@@ -68,18 +68,23 @@ def test_diagnostics_and_seed_extensions(tiny_server: str) -> None:
     assert "diagnostics" not in plain["answers"]["greeting"]
 
 
-def test_images_to_a_checkpoint_without_vision_support_are_refused(tiny_server: str) -> None:
+def test_images_through_the_sdk_reach_the_vision_tower(tiny_server: str) -> None:
+    import base64
+
+    photo = Image(base64.b64decode(ONE_PIXEL_PNG))
+    with TypeSafeClient(base_url=tiny_server, api_key="local") as client, client.attach_assets(photo):
+        result = client.system_one(f"Parcel photo: {photo}", {"damaged": Noul(instructions="Is it damaged?")})
+        assert result.raw_http_response.request.headers["content-type"].startswith("multipart/form-data")
+    assert 0.0 <= result.nouls["damaged"].noul <= 1.0
+    assert result.usage.input_tokens > 70  # the image's soft tokens count as input
+
+
+def test_an_asset_that_nothing_references_is_refused(tiny_server: str) -> None:
     body = {
         "model": "jev-latest",
-        "state": "photo <image:1>",
+        "state": "no placeholder here",
         "questions": {"q": {"type": "noul", "instructions": "x"}},
-        "assets": {
-            "<image:1>": {
-                "type": "image",
-                "format": "png",
-                "data_base64": ONE_PIXEL_PNG,
-            }
-        },
+        "assets": {"<image:1>": {"type": "image", "format": "png", "data_base64": ONE_PIXEL_PNG}},
     }
     response = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60)
-    assert response.status_code == 422 and "cannot see images" in response.text
+    assert response.status_code == 422 and "not referenced" in response.text

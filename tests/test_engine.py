@@ -205,3 +205,67 @@ def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_
 
     assert ask(options, "rotate") == ask(shifted, "rotate")  # bit for bit, label by label
     assert ask(options, "as-given") != ask(shifted, "as-given")  # the plain read does move with the order
+
+
+def png(colour: tuple[int, int, int], size: tuple[int, int]) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
+    """An image in the state becomes the vision tower's soft tokens; the read equals a plain forward given the
+    same image features (transformers' own `mm_encoder_outputs` path)."""
+    import base64
+
+    backend = backend_of(tiny_decider)
+    runtime = backend._runtime
+    assert runtime is not None and runtime.images is not None
+    runner = runtime.reader.runner  # type: ignore[attr-defined]
+    model = runner.model
+
+    def request_with(picture: bytes) -> Any:
+        asset = {"type": "image", "format": "png", "data_base64": base64.b64encode(picture).decode()}
+        return parse_request(
+            {
+                "model": "m",
+                "state": "Photo of the parcel: <image:1> — is it damaged?",
+                "assets": {"<image:1>": asset},
+                "samples": 1,
+                "seed": 2,
+                "questions": many_questions(3),
+            }
+        )[1]
+
+    red, blue = png((220, 20, 20), (96, 64)), png((20, 20, 220), (40, 90))
+    job = backend.prepare(request_with(red))
+    [image] = job.plan.images
+    assert job.plan.prompt_ids[image.start - 1] == runtime.images.begin_id
+    assert job.plan.prompt_ids[image.start + image.tokens] == runtime.images.end_id
+    assert job.plan.prefix_length < image.start
+    [result] = backend.decide([job])
+
+    features = runner.image_features([red])[0]
+    [canvas] = job.plan.canvases
+    ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=job.seed, read=0)
+
+    class Features:
+        pooler_output = features
+
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor([job.plan.prompt_ids]),
+            decoder_input_ids=torch.tensor([ids]),
+            mm_encoder_outputs={"image": Features()},
+        )
+    logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
+    for planned, got in zip(job.plan.questions, result.distributions, strict=True):
+        want = slot_reading(logprobs[planned.position, list(planned.label_ids)].tolist()).probabilities
+        assert got.probabilities == pytest.approx(want, abs=1e-5)
+
+    [other] = backend.decide([backend.prepare(request_with(blue))])
+    assert other.distributions[0].probabilities != result.distributions[0].probabilities

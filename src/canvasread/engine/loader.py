@@ -30,6 +30,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     fingerprint: str
+    image_processor: Any = None
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -98,8 +99,19 @@ def _load(
         model.set_experts_implementation(experts)
     model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    image_processor = _image_processor(name_or_path)
     stamp = fingerprint(name_or_path, model) + ("" if random_init_std is None else f"-random{random_init_std:g}")
-    return LoadedModel(model, tokenizer, target, torch_dtype, stamp)
+    return LoadedModel(model, tokenizer, target, torch_dtype, stamp, image_processor)
+
+
+def _image_processor(name_or_path: str) -> Any:
+    """The checkpoint's image processor (Pillow backend, no torchvision), or None for a text-only checkpoint."""
+    from transformers import AutoImageProcessor
+
+    try:
+        return AutoImageProcessor.from_pretrained(name_or_path, backend="pil")  # type: ignore[no-untyped-call]
+    except (OSError, ValueError):
+        return None
 
 
 FINGERPRINT_SAMPLE_BYTES = 1 << 20

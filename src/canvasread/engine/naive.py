@@ -29,6 +29,8 @@ class NaiveReader:
         device = next(self.model.parameters()).device
         results = []
         for read in reads:
+            if read.images:
+                raise ValueError("the naive baseline reads text only")
             output = self.model(
                 input_ids=torch.tensor([read.prompt_ids], device=device),
                 decoder_input_ids=torch.tensor([read.canvas_ids], device=device),

@@ -13,11 +13,12 @@ requests with the same questions skip the encoder.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from canvasread.engine.runner import FusedRunner, PromptKV, Row, RowOutput
-from canvasread.readers.base import CanvasRead, SlotLogProbs
+from canvasread.readers.base import CanvasRead, PromptImage, SlotLogProbs
 
 
 class KVCache:
@@ -25,20 +26,20 @@ class KVCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, ...], PromptKV] = OrderedDict()
+        self._entries: OrderedDict[Hashable, PromptKV] = OrderedDict()
         self._bytes = 0
 
     @property
     def nbytes(self) -> int:
         return self._bytes
 
-    def get(self, key: tuple[int, ...]) -> PromptKV | None:
+    def get(self, key: Hashable) -> PromptKV | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
 
-    def put(self, key: tuple[int, ...], kv: PromptKV) -> None:
+    def put(self, key: Hashable, kv: PromptKV) -> None:
         if key in self._entries or kv.nbytes > self.max_bytes:
             return
         self._entries[key] = kv
@@ -57,13 +58,19 @@ class ReaderCounters:
     prefix_cache_misses: int = 0
     prompt_cache_hits: int = 0
     passes: int = 0
+    images_encoded: int = 0
 
 
 @dataclass
 class _PromptWork:
     prompt: tuple[int, ...]
     prefix_length: int
+    images: tuple[PromptImage, ...]
     reads: list[int] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.prompt, tuple(image.digest for image in self.images))
 
 
 class InProcessReader:
@@ -84,27 +91,30 @@ class InProcessReader:
         return counted
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        work: dict[tuple[int, ...], _PromptWork] = {}
+        work: dict[tuple[object, ...], _PromptWork] = {}
         for index, read in enumerate(reads):
-            work.setdefault(read.prompt_ids, _PromptWork(read.prompt_ids, read.prefix_length)).reads.append(index)
+            item = _PromptWork(read.prompt_ids, read.prefix_length, read.images)
+            work.setdefault(item.key, item).reads.append(index)
         results: list[list[SlotLogProbs] | None] = [None] * len(reads)
 
         first: list[tuple[Row, _PromptWork, int | None]] = []
         later: list[_PromptWork] = []
         for item in work.values():
-            cached = self.prompts.get(item.prompt)
+            cached = self.prompts.get(item.key)
             if cached is not None:
                 self.stats.prompt_cache_hits += 1
                 first += [(self._canvas_row(cached, reads[i]), item, i) for i in item.reads]
                 continue
             past = self._cached_prefix(item)
-            new_tokens = item.prompt[past.length if past is not None else 0 :]
+            start = past.length if past is not None else 0
+            new_tokens = item.prompt[start:]
+            images = self._image_rows(item, start)
             if len(item.reads) == 1:
                 read = reads[item.reads[0]]
-                row = Row(past, new_tokens, read.canvas_ids, _positions(read), _labels(read), keep_kv=True)
+                row = Row(past, new_tokens, read.canvas_ids, _positions(read), _labels(read), True, images)
                 first.append((row, item, item.reads[0]))
             else:
-                first.append((Row(past, new_tokens, (), (), (), keep_kv=True), item, None))
+                first.append((Row(past, new_tokens, (), (), (), True, images), item, None))
                 later.append(item)
             self.stats.encoder_runs += 1
             self.stats.prompt_tokens_encoded += len(new_tokens)
@@ -112,12 +122,20 @@ class InProcessReader:
         self._execute(first, results)
         second: list[tuple[Row, _PromptWork, int | None]] = []
         for item in later:
-            kv = self.prompts.get(item.prompt)
+            kv = self.prompts.get(item.key)
             assert kv is not None, "an encoded prompt was evicted before its canvases were read"
             second += [(self._canvas_row(kv, reads[i]), item, i) for i in item.reads]
         self._execute(second, results)
         self.stats.reads += len(reads)
         return [r for r in results if r is not None]
+
+    def _image_rows(self, item: _PromptWork, start: int) -> tuple[tuple[int, Any], ...]:
+        """Vision-tower features for the images among the tokens this pass encodes (offsets from `start`)."""
+        if not item.images:
+            return ()
+        features = self.runner.image_features([image.data for image in item.images])
+        self.stats.images_encoded += len(item.images)
+        return tuple((image.start - start, tensor) for image, tensor in zip(item.images, features, strict=True))
 
     def _cached_prefix(self, item: _PromptWork) -> PromptKV | None:
         if item.prefix_length <= 0:
@@ -148,7 +166,7 @@ class InProcessReader:
     def _remember(self, item: _PromptWork, output: RowOutput) -> None:
         if output.kv is None:
             return
-        self.prompts.put(item.prompt, output.kv)
+        self.prompts.put(item.key, output.kv)
         if 0 < item.prefix_length < len(item.prompt):
             key = item.prompt[: item.prefix_length]
             if self.prefixes.get(key) is None:

@@ -19,6 +19,7 @@ This is the only module besides `loader.py` that touches torch.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from canvasread.engine.graphs import GraphCache
+from canvasread.types import ImageAsset
 
 
 @dataclass
@@ -54,7 +56,9 @@ class Row:
 
     `slot_positions` index into the canvas; `label_ids[i]` are the token ids
     whose log-probabilities are wanted at slot i. With `keep_kv` the KV of
-    past + new prompt tokens is returned for caching.
+    past + new prompt tokens is returned for caching. `images` puts each
+    image's features (vision tower output) over its soft tokens, given as
+    offsets into `prompt_ids`.
     """
 
     past: PromptKV | None
@@ -63,6 +67,7 @@ class Row:
     slot_positions: Sequence[int]
     label_ids: Sequence[Sequence[int]]
     keep_kv: bool = False
+    images: Sequence[tuple[int, torch.Tensor]] = ()
 
 
 @dataclass
@@ -99,13 +104,15 @@ class PassInputs:
     real_tokens: torch.Tensor
     max_past: int
     past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    images: list[tuple[int, int, torch.Tensor]] | None = None
 
 
 class FusedRunner:
     """Runs batches of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
 
-    def __init__(self, model: Any, *, cuda_graphs: bool = False) -> None:
+    def __init__(self, model: Any, *, cuda_graphs: bool = False, image_processor: Any = None) -> None:
         self.model = model
+        self.image_processor = image_processor
         text = model.model.encoder.language_model
         self.layers = text.layers
         self.embed = text.embed_tokens
@@ -139,6 +146,31 @@ class FusedRunner:
             inputs = self._prepare(rows, PassShape.of(rows), filter_padding=True)
             hidden, new_keys, new_values = self._forward(rows, inputs)
         return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
+
+    def image_token_count(self, image: ImageAsset) -> int:
+        """How many soft tokens the vision tower writes for this image (its size decides)."""
+        return int(self._process([image.data])["num_soft_tokens_per_image"][0])
+
+    @torch.inference_mode()
+    def image_features(self, images: Sequence[bytes]) -> list[torch.Tensor]:
+        """The vision tower's output for each image, one [soft tokens, hidden] tensor each."""
+        processed = self._process(images)
+        device = self.device
+        encoder = self.model.model.encoder
+        dtype = self.embed.weight.dtype
+        output = encoder.get_image_features(
+            processed["pixel_values"].to(device, dtype), processed["image_position_ids"].to(device)
+        )
+        counts = [int(n) for n in processed["num_soft_tokens_per_image"]]
+        return list(torch.split(output.pooler_output, counts))
+
+    def _process(self, images: Sequence[bytes]) -> Any:
+        if self.image_processor is None:
+            raise ValueError("this checkpoint has no image processor")
+        from PIL import Image
+
+        pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+        return self.image_processor(images=pictures, return_tensors="pt")
 
     def _prepare(
         self,
@@ -190,6 +222,7 @@ class FusedRunner:
             real_tokens.to(device),
             max_past,
             past,
+            [(b, offset, features) for b, row in enumerate(rows) for offset, features in row.images] or None,
         )
 
     def _forward(
@@ -199,6 +232,8 @@ class FusedRunner:
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """The layer loop: device work only, no host synchronisation (so it can be captured in a CUDA graph)."""
         hidden = self.embed(inputs.tokens)
+        for b, offset, features in inputs.images or ():
+            hidden[b, offset : offset + features.shape[0]] = features.to(hidden.dtype)
         # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
         conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
         hidden = torch.where(inputs.is_canvas[..., None], conditioned, hidden)

@@ -9,9 +9,11 @@ Contract for `read(reads)`:
 - the result has, for each slot in order, the full-vocabulary log-probability
   of each of that slot's `label_ids` (so `exp` of them sums to the label mass,
   at most 1);
-- reads that share `prompt_ids` may share one encoding of the prompt; the
+- reads that share `prompt_key` may share one encoding of the prompt; the
   first `prefix_length` tokens are the part shared across requests that ask the
-  same questions, worth caching.
+  same questions, worth caching (it never holds an image);
+- `images` place each image's soft tokens in the prompt (a reader that cannot
+  see images must refuse such reads, never drop the images).
 - all reads given in one call belong together (one request's canvases, or one
   batch of requests) and should be executed as one batch where possible.
 """
@@ -19,7 +21,7 @@ Contract for `read(reads)`:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
@@ -32,11 +34,27 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class PromptImage:
+    """An image in the prompt: its soft tokens fill `prompt_ids[start : start + tokens]`."""
+
+    start: int
+    tokens: int
+    data: bytes = field(repr=False)
+    digest: str
+
+
+@dataclass(frozen=True)
 class CanvasRead:
     prompt_ids: tuple[int, ...]
     prefix_length: int
     canvas_ids: tuple[int, ...]
     slots: tuple[Slot, ...]
+    images: tuple[PromptImage, ...] = ()
+
+    @property
+    def prompt_key(self) -> tuple[object, ...]:
+        """What identifies the encoded prompt: its ids and, since image tokens all share one id, the images."""
+        return (self.prompt_ids, tuple(image.digest for image in self.images))
 
 
 @dataclass(frozen=True)

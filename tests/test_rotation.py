@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -14,7 +14,7 @@ from canvasread.calibration import Calibration
 from canvasread.decide import Decider
 from canvasread.registry import open_decider
 from canvasread.rotation import MAX_ROTATIONS
-from canvasread.types import DecisionRequest
+from canvasread.types import DecisionRequest, DecisionResult, Distribution
 
 INTENTS = {
     "billing": "charges, refunds, invoices",
@@ -155,6 +155,21 @@ def test_noul_and_score_questions_are_read_once_and_rotations_are_reported() -> 
     assert answers["usage"]["output_tokens"] == 4  # noul, score, and two rotations of the choice
     assert answers["answers"]["c"]["diagnostics"] == {"rotations": 2, "calibrated": False}
     assert answers["answers"]["n"]["diagnostics"] == {"calibrated": False}
+
+
+def test_rotated_read_details_are_kept_and_read_counts_summed() -> None:
+    class Detailed(FunctionBackend):
+        def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+            return [
+                DecisionResult(tuple(Distribution(d.probabilities, {"reads": 2}) for d in r.distributions), r.usage)
+                for r in super().decide(jobs)
+            ]
+
+    decider = _loaded(Detailed(position_biased))
+    question = {"type": "choice", "criteria": {"x": None, "y": None, "z": None}}
+    answers: Any = decider.ask("state", {"q": question}, order="rotate", diagnostics=True)
+    details = answers["answers"]["q"]["diagnostics"]
+    assert details == {"rotations": 3, "reads": 6, "per_rotation": [{"reads": 2}] * 3, "calibrated": False}
 
 
 def test_rotate_over_http(sparrow_server: str) -> None:

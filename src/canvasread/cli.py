@@ -306,7 +306,7 @@ def _print_report(report: dict[str, Any], out: Path) -> None:
     keys = ("accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms", "abstentions", "errors")
     for key in (*keys, "flip_rate", "mean_probability_shift"):
         if report.get(key) is not None:
-            table.add_row(key, f"{report[key]:.4f}" if isinstance(report[key], float) else str(report[key]))
+            table.add_row(key, f"{report[key]:.4g}" if isinstance(report[key], float) else str(report[key]))
     console.print(table)
     console.print(f"wrote {out / 'report.json'}, {out / 'report.md'} and {out / 'reliability.png'}")
 

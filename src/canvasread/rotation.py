@@ -78,6 +78,9 @@ def _average(starts: tuple[int, ...], reads: list[Distribution]) -> Distribution
         for option in range(count)
     )
     details: dict[str, JSONValue] = {"rotations": len(reads)}
+    counted = [done for read in reads if isinstance(done := read.details.get("reads"), int)]
+    if len(counted) == len(reads):  # model reads behind this answer, for /metrics
+        details["reads"] = sum(counted)
     if any(read.details for read in reads):
         details["per_rotation"] = [dict(read.details) for read in reads]
     return Distribution(probabilities, details)

@@ -113,7 +113,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     if report.get("order_checked"):
         for key in ("order_checked", "flip_rate", "flip_rate_reversed", "flip_rate_shuffled", "items_flipped"):
             lines.append(f"| {key} | {_number(report[key])} |")
-        lines.append(f"| mean_probability_shift (total variation) | {_number(report['mean_probability_shift'], 6)} |")
+        lines.append(f"| mean_probability_shift (total variation) | {report['mean_probability_shift']:.3g} |")
     lines += ["", "## Reliability (10 equal-width bins of top-label confidence)", ""]
     lines += ["| confidence | count | accuracy | mean confidence |", "|---|---|---|---|"]
     for b in report["ece_bins"]:

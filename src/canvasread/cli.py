@@ -33,6 +33,12 @@ from canvasread.decide import DeciderConfig
 from canvasread.errors import CanvasreadError
 from canvasread.registry import EngineOptions, open_decider
 from canvasread.types import OrderMode
+from canvasread.upstream_backend import (
+    DEFAULT_CANVAS_LENGTH,
+    DEFAULT_UPSTREAM_CONCURRENCY,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    UpstreamSettings,
+)
 
 app = typer.Typer(
     help="canvasread: a self-hosted System One decision server.",
@@ -61,6 +67,31 @@ def serve(
         str | None, typer.Option(help="torch device for DiffusionGemma (default: cuda if present).")
     ] = None,
     dtype: Annotated[str | None, typer.Option(help="torch dtype (default: bfloat16 on GPU, float32 on CPU).")] = None,
+    upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Read canvases through the vLLM server at this URL (repeatable: each request goes to the "
+            "least-loaded healthy one). Serves --upstream-model as the default model; needs --tokenizer."
+        ),
+    ] = None,
+    upstream_model: Annotated[str, typer.Option(help="With --upstream: the name vLLM serves the model under.")] = (
+        "dgemma"
+    ),
+    tokenizer: Annotated[
+        str | None, typer.Option(help="With --upstream: the model's tokenizer (folder or hub id), loaded here.")
+    ] = None,
+    upstream_canvas_length: Annotated[
+        int, typer.Option(help="With --upstream: the canvas vLLM serves (its --diffusion-config canvas_length).")
+    ] = DEFAULT_CANVAS_LENGTH,
+    upstream_max_model_len: Annotated[
+        int | None, typer.Option(help="With --upstream: most prompt plus canvas tokens (default: vLLM's).")
+    ] = None,
+    upstream_timeout: Annotated[
+        float, typer.Option(help="With --upstream: seconds per upstream call before failing over.")
+    ] = DEFAULT_UPSTREAM_TIMEOUT_S,
+    upstream_concurrency: Annotated[
+        int, typer.Option(help="With --upstream: upstream calls in flight at once.")
+    ] = DEFAULT_UPSTREAM_CONCURRENCY,
     max_batch: Annotated[int, typer.Option(help="Most requests read together in one batch.")] = 32,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests.")] = 0.0,
     max_pending: Annotated[int, typer.Option(help="Requests in flight per model before answering 529.")] = 1024,
@@ -114,11 +145,29 @@ def serve(
     decider_config = DeciderConfig(
         decimals=round_to, timeout_s=timeout, batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending)
     )
+    try:
+        upstream_settings = (
+            UpstreamSettings(
+                urls=tuple(upstream),
+                tokenizer=tokenizer or "",
+                model=upstream_model,
+                canvas_length=upstream_canvas_length,
+                max_model_len=upstream_max_model_len,
+                timeout_s=upstream_timeout,
+                concurrency=upstream_concurrency,
+            )
+            if upstream
+            else None
+        )
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(1) from None
     decider = open_decider(
-        tuple(model or (DEFAULT_SPARROW_MODEL,)),
+        tuple(model or (() if upstream else (DEFAULT_SPARROW_MODEL,))),
         decider_config,
         EngineOptions(device=device, dtype=dtype),
         load=False,
+        upstream=upstream_settings,
     )
     try:
         for path in calibration or []:

@@ -1,14 +1,18 @@
-"""From a `--model` string to a backend: the embedded sparrow models or a DiffusionGemma checkpoint."""
+"""From a `--model` string to a backend (embedded sparrow models, DiffusionGemma checkpoints) or to vLLM upstreams."""
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
 from canvasread.decide import Decider, DeciderConfig
 from canvasread.errors import MissingExtra
+
+if TYPE_CHECKING:
+    from canvasread.upstream_backend import UpstreamSettings
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,29 @@ def backends_for(spec: str, engine: EngineOptions = EngineOptions()) -> list[Any
     return backends
 
 
+def upstream_backends(settings: UpstreamSettings) -> list[AnyBackend]:
+    """DiffusionGemma served by vLLM, read through its OpenAI-compatible API (needs only the tokenizer here)."""
+    if importlib.util.find_spec("transformers") is None:
+        raise MissingExtra("reading through vLLM needs the model's tokenizer: pip install 'canvasread[upstream]'")
+    from canvasread.upstream_backend import canvas_backend_for_upstream
+
+    return [canvas_backend_for_upstream(settings)]
+
+
 def open_decider(
     models: tuple[str, ...] = (DEFAULT_SPARROW_MODEL,),
     config: DeciderConfig = DeciderConfig(),
     engine: EngineOptions = EngineOptions(),
     *,
     load: bool = True,
+    upstream: UpstreamSettings | None = None,
 ) -> Decider:
-    """Build a `Decider` for the given models (the first is the default) and, by default, load them now."""
-    decider = Decider([backend for spec in models for backend in backends_for(spec, engine)], config)
+    """Build a `Decider` for the given models (the first is the default) and, by default, load them now.
+
+    With `upstream`, the vLLM-served model comes first (the default), before `models`.
+    """
+    served = upstream_backends(upstream) if upstream is not None else []
+    decider = Decider([*served, *(backend for spec in models for backend in backends_for(spec, engine))], config)
     if load:
         decider.load()
         if not decider.ready:

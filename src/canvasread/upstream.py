@@ -1,0 +1,280 @@
+"""A pool of vLLM upstreams: least-loaded choice, failover, and health probing until a failed one is back.
+
+Every request goes to the healthy upstream with the fewest requests in flight
+from this process. A connection error, a timeout or a 5xx takes that upstream
+out and the request is retried on another one (a canvas read is read-only and
+seeded, so sending it twice is harmless); a 4xx or a malformed answer is the
+request's own problem and becomes a 502 at once. A prober thread checks every
+upstream's `/health` (and once, `/v1/models`, to see that it serves the model)
+every few seconds, so a failed upstream comes back as soon as it answers, and
+`health_problem()` tells `/ready` whether any upstream can answer now.
+
+Timeouts bound every call, so an upstream that accepts a connection and never
+answers costs one timeout, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from canvasread.errors import UpstreamFailure
+
+logger = logging.getLogger(__name__)
+
+# Probes are cheap (`/health` is a constant answer), so a failed upstream is back within a couple of seconds.
+DEFAULT_PROBE_INTERVAL_S = 2.0
+# A health probe that takes longer than this counts as a failure: a healthy vLLM answers in milliseconds.
+PROBE_TIMEOUT_S = 5.0
+# Connecting takes milliseconds on a working network; waiting longer only delays the failover.
+CONNECT_TIMEOUT_S = 5.0
+
+
+class UpstreamUnavailable(UpstreamFailure):
+    """No upstream can answer now (all down, or every one failed this request): 503, which clients retry."""
+
+    status_code = 503
+    error_type = "upstream_unavailable"
+
+
+@dataclass(frozen=True)
+class UpstreamModel:
+    """What an upstream's `/v1/models` says about the served model: its checkpoint and context length."""
+
+    root: str
+    max_model_len: int | None
+
+
+@dataclass(eq=False)
+class Upstream:
+    """One vLLM server and what this process knows of it; mutated only under the pool's lock (compared by identity)."""
+
+    url: str
+    healthy: bool = False
+    problem: str = "not probed yet"
+    in_flight: int = 0
+    model: UpstreamModel | None = None
+    out_since: float = 0.0
+
+
+class UpstreamPool:
+    """Routes JSON posts to the least-loaded healthy upstream; see the module docstring for the policy."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        model: str,
+        *,
+        timeout_s: float = 30.0,
+        probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
+        max_connections: int = 64,
+    ) -> None:
+        if not urls:
+            raise ValueError("an upstream pool needs at least one URL")
+        self.model = model
+        self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
+        self.probe_interval_s = probe_interval_s
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)),
+            limits=httpx.Limits(max_connections=max_connections + len(urls), max_keepalive_connections=max_connections),
+        )
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._probe_timeout_s = min(PROBE_TIMEOUT_S, timeout_s)
+        self._probers: list[threading.Thread] = []
+        self._turn = 0
+        self._counts = {"upstream_requests": 0, "upstream_failovers": 0, "upstream_errors": 0}
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start probing, one thread per upstream so a stuck one delays no other (idempotent).
+
+        Until its first probe answers, every upstream counts as down.
+        """
+        with self._lock:
+            if not self._probers:
+                self._probers = [
+                    threading.Thread(target=self._probe_forever, args=(u,), name=f"probe {u.url}", daemon=True)
+                    for u in self.upstreams
+                ]
+                for prober in self._probers:
+                    prober.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        for prober in self._probers:
+            prober.join(timeout=2 * self._probe_timeout_s + 1.0)
+        self._client.close()
+
+    # ---- state --------------------------------------------------------------------------
+    def health_problem(self) -> str | None:
+        """None while some upstream can answer, else why none can (cheap: reads flags the prober sets)."""
+        with self._lock:
+            if any(u.healthy for u in self.upstreams):
+                return None
+            return "no upstream answers: " + "; ".join(f"{u.url}: {u.problem}" for u in self.upstreams)
+
+    def counters(self) -> dict[str, float]:
+        with self._lock:
+            return {key: float(value) for key, value in self._counts.items()}
+
+    def wait_for_model(self, timeout_s: float | None = None) -> UpstreamModel:
+        """Block until an upstream has answered `/v1/models` with the model; `UpstreamUnavailable` past the timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                known = [u.model for u in self.upstreams if u.model is not None and u.healthy]
+                if known:
+                    return known[0]
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if (remaining is not None and remaining <= 0) or self._stop.is_set():
+                    problems = "; ".join(f"{u.url}: {u.problem}" for u in self.upstreams)
+                    raise UpstreamUnavailable(f"no upstream served {self.model!r} in time ({problems})")
+                self._changed.wait(
+                    self.probe_interval_s if remaining is None else min(remaining, self.probe_interval_s)
+                )
+
+    # ---- requests -----------------------------------------------------------------------
+    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST `body` to `path` on the least-loaded healthy upstream, failing over; returns the parsed JSON."""
+        tried: list[Upstream] = []
+        failures: list[str] = []
+        while True:
+            with self._lease(tried) as upstream:
+                if upstream is None:
+                    reasons = "; ".join(failures) or self.health_problem() or "no healthy upstream"
+                    raise UpstreamUnavailable(f"no upstream could answer: {reasons}")
+                tried.append(upstream)
+                try:
+                    response = self._client.post(upstream.url + path, json=body)
+                except httpx.HTTPError as error:
+                    failures.append(self._take_out(upstream, f"{type(error).__name__}: {error}".rstrip(": ")))
+                    continue
+                if response.status_code >= 500:
+                    failures.append(self._take_out(upstream, f"HTTP {response.status_code}: {_message(response)}"))
+                    continue
+                if response.status_code != 200:
+                    self._count("upstream_errors")
+                    raise UpstreamFailure(
+                        f"{upstream.url} refused the read (HTTP {response.status_code}): {_message(response)}"
+                    )
+                try:
+                    return response.json()
+                except ValueError:
+                    self._count("upstream_errors")
+                    raise UpstreamFailure(f"{upstream.url} answered with a body that is not JSON") from None
+
+    @contextmanager
+    def _lease(self, tried: Sequence[Upstream]) -> Iterator[Upstream | None]:
+        """The healthy, untried upstream with the fewest requests in flight (ties rotate), counted while held."""
+        with self._lock:
+            count = len(self.upstreams)
+            candidates = [(u.in_flight, (i - self._turn) % count, u) for i, u in enumerate(self.upstreams)]
+            ready = [c for c in candidates if c[2].healthy and c[2] not in tried]
+            chosen = min(ready, key=lambda c: c[:2])[2] if ready else None
+            if chosen is not None:
+                self._turn += 1
+                chosen.in_flight += 1
+                self._counts["upstream_requests"] += 1
+                if tried:
+                    self._counts["upstream_failovers"] += 1
+        try:
+            yield chosen
+        finally:
+            if chosen is not None:
+                with self._lock:
+                    chosen.in_flight -= 1
+
+    def _take_out(self, upstream: Upstream, reason: str) -> str:
+        with self._lock:
+            if upstream.healthy:
+                logger.warning("upstream %s taken out: %s", upstream.url, reason)
+            upstream.healthy = False
+            upstream.problem = reason
+            upstream.out_since = time.monotonic()
+            self._counts["upstream_errors"] += 1
+        return f"{upstream.url}: {reason}"
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._counts[key] += 1
+
+    # ---- probing ------------------------------------------------------------------------
+    def _probe_forever(self, upstream: Upstream) -> None:
+        while not self._stop.is_set():
+            self._probe(upstream)
+            self._stop.wait(self.probe_interval_s)
+
+    def _probe(self, upstream: Upstream) -> None:
+        started = time.monotonic()
+        problem: str | None
+        model = upstream.model
+        try:
+            health = self._client.get(upstream.url + "/health", timeout=self._probe_timeout_s)
+            if health.status_code != 200:
+                problem = f"/health answered HTTP {health.status_code}"
+            else:
+                if model is None:
+                    model = self._served_model(upstream)
+                problem = self._mismatch(upstream, model)
+        except (httpx.HTTPError, ValueError) as error:
+            problem = f"{type(error).__name__}: {error}".rstrip(": ")
+        with self._changed:
+            if problem is None:
+                upstream.model = model
+                if started >= upstream.out_since:  # a failure seen after this probe began outranks it
+                    if not upstream.healthy:
+                        logger.info("upstream %s is healthy", upstream.url)
+                    upstream.healthy, upstream.problem = True, ""
+            else:
+                if upstream.healthy:
+                    logger.warning("upstream %s failed its health check: %s", upstream.url, problem)
+                upstream.healthy, upstream.problem = False, problem
+            self._changed.notify_all()
+
+    def _served_model(self, upstream: Upstream) -> UpstreamModel | None:
+        listing = self._client.get(upstream.url + "/v1/models", timeout=self._probe_timeout_s)
+        listing.raise_for_status()
+        listed = listing.json()
+        for entry in listed.get("data", []) if isinstance(listed, dict) else []:
+            if isinstance(entry, dict) and entry.get("id") == self.model:
+                length = entry.get("max_model_len")
+                return UpstreamModel(str(entry.get("root") or self.model), length if isinstance(length, int) else None)
+        return None
+
+    def _mismatch(self, upstream: Upstream, model: UpstreamModel | None) -> str | None:
+        """Why this upstream must not serve reads: not serving the model, or serving other weights than its peers."""
+        if model is None:
+            return f"does not serve a model named {self.model!r} (see its /v1/models)"
+        with self._lock:
+            peers = {u.model for u in self.upstreams if u is not upstream and u.model is not None}
+        if peers and model not in peers:
+            other = next(iter(peers))
+            return f"serves {model}, its peers serve {other}: answers would depend on which one is asked"
+        return None
+
+
+def _message(response: httpx.Response) -> str:
+    """vLLM's error message (`{"error": {"message"}}`, or the older flat `{"message"}`), else the raw text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])[:500]
+        for key in ("message", "detail"):
+            if key in body:
+                return str(body[key])[:500]
+    return response.text[:500]

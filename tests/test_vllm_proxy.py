@@ -1,0 +1,299 @@
+"""The vLLM proxy path against a loopback stand-in computing with the tiny checkpoint.
+
+Answers through the proxy must equal the in-process engine's on the same
+checkpoint and seed, and every request sent upstream must use vLLM's
+documented fields with their documented types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import serve_app
+from typer.testing import CliRunner
+from vllm_standin import Standin, load_standin, running
+
+from canvasread.backends.canvas import CanvasJob
+from canvasread.cli import app as cli_app
+from canvasread.config import ServerConfig
+from canvasread.decide import Decider
+from canvasread.plan import noisy_canvas
+from canvasread.registry import open_decider
+from canvasread.server.app import create_app
+from canvasread.upstream_backend import UpstreamCanvasBackend, UpstreamSettings
+from canvasread.wire import parse_request
+
+STATE = {"ticket": "I was charged twice for order 1182 — please refund me.", "channel": "email"}
+
+# vLLM's `CompletionRequest` (vllm/entrypoints/openai/completion/protocol.py): `model: str | None`,
+# `prompt: list[int] | …`, `max_tokens: int | None`, `logprobs: int | None`, `logprob_token_ids: list[int] | None`
+# (PR 57417; at most MAX_LOGPROB_TOKEN_IDS = 128, and `logprobs` must be set and equal its length),
+# `return_tokens_as_token_ids: bool | None`, `vllm_xargs: dict[str, str | int | float | list[str | int | float]]`.
+COMPLETION_FIELDS: dict[str, type] = {
+    "model": str,
+    "prompt": list,
+    "max_tokens": int,
+    "logprobs": int,
+    "logprob_token_ids": list,
+    "return_tokens_as_token_ids": bool,
+    "vllm_xargs": dict,
+}
+# The diffusion keys `validate_diffusion_sampling_params` checks (PR 57250): a list of token ids, positive
+# integers (bools refused), a boolean (strings refused).
+DIFFUSION_XARGS: dict[str, type] = {
+    "diffusion_seed_canvas": list,
+    "diffusion_canvas_length": int,
+    "diffusion_max_steps": int,
+    "diffusion_read_only": bool,
+}
+VOCAB = 262_144
+
+
+def noul(text: str) -> dict[str, Any]:
+    return {"type": "noul", "instructions": text}
+
+
+def mixed(count: int) -> dict[str, Any]:
+    """`count` questions cycling through the three types."""
+    questions: dict[str, Any] = {}
+    for i in range(count):
+        if i % 3 == 0:
+            questions[f"q{i}"] = noul(f"Is statement {i} true?")
+        elif i % 3 == 1:
+            criteria = {"billing": "charges", "technical": None, "sales": "orders"}
+            questions[f"q{i}"] = {"type": "choice", "instructions": "Which team?", "criteria": criteria}
+        else:
+            questions[f"q{i}"] = {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]}
+    return questions
+
+
+def wide_choice(options: int) -> dict[str, Any]:
+    criteria = {f"intent_{i}": None for i in range(options)}
+    return {"intent": {"type": "choice", "instructions": "Which intent?", "criteria": criteria}, "spam": noul("Spam?")}
+
+
+@pytest.fixture(scope="module")
+def standin(tiny_checkpoint: Path) -> Iterator[tuple[str, Standin]]:
+    served = load_standin(str(tiny_checkpoint), served_name="dgemma")
+    with running(served) as base:
+        yield base, served
+
+
+def proxy_for(base: str, tiny_checkpoint: Path, *, load: bool = True) -> Decider:
+    """The library equivalent of `serve --upstream BASE --tokenizer TINY --upstream-canvas-length 256`."""
+    upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_checkpoint), canvas_length=256, probe_interval_s=0.2)
+    return open_decider((), upstream=upstream, load=load)
+
+
+def close(decider: Decider) -> None:
+    backend = decider.served[0].backend
+    assert isinstance(backend, UpstreamCanvasBackend)
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(standin: tuple[str, Standin], tiny_checkpoint: Path) -> Iterator[Decider]:
+    decider = proxy_for(standin[0], tiny_checkpoint)
+    yield decider
+    close(decider)
+
+
+def backend_of(decider: Decider) -> UpstreamCanvasBackend:
+    backend = decider.served[0].backend
+    assert isinstance(backend, UpstreamCanvasBackend)
+    return backend
+
+
+@pytest.mark.parametrize(
+    ("questions", "extensions"),
+    [
+        pytest.param({"refund": noul("Is the customer asking for money back?")}, {"samples": 1}, id="one-noul"),
+        pytest.param(mixed(3), {"samples": 1}, id="three-types"),
+        pytest.param(mixed(60), {"samples": 1}, id="several-canvases"),
+        pytest.param(mixed(9), {"samples": 3}, id="three-reads"),
+        pytest.param(mixed(12), {"samples": "auto"}, id="auto-rereads"),
+        pytest.param(wide_choice(200), {"samples": 1}, id="over-128-label-ids"),
+    ],
+)
+def test_proxy_answers_equal_the_in_process_engine(
+    proxy: Decider, tiny_decider: Decider, questions: dict[str, Any], extensions: dict[str, Any]
+) -> None:
+    body = {"seed": 17, "diagnostics": True, **extensions}
+    remote = proxy.ask(STATE, questions, **body)
+    local = tiny_decider.ask(STATE, questions, **body)
+    assert remote["usage"] == local["usage"]
+    assert remote["answers"].keys() == local["answers"].keys()  # type: ignore[union-attr]
+    for key, answer in remote["answers"].items():  # type: ignore[union-attr]
+        expected = local["answers"][key]  # type: ignore[index]
+        assert answer["diagnostics"]["reads"] == expected["diagnostics"]["reads"], key
+        kind = answer["type"]
+        if kind == "noul":
+            assert answer["noul"] == pytest.approx(expected["noul"], abs=1e-5), key
+            continue
+        got, want = answer["probabilities"], expected["probabilities"]
+        assert list(got) == list(want)
+        assert list(got.values()) == pytest.approx(list(want.values()), abs=1e-5), key
+        if kind == "choice":
+            assert answer["choice"] == expected["choice"], key
+        else:
+            assert answer["score"] == pytest.approx(expected["score"], abs=1e-5), key
+    reads = [a["diagnostics"]["reads"] for a in remote["answers"].values()]  # type: ignore[union-attr]
+    if extensions["samples"] == "auto":
+        assert 1 in reads and max(reads) > 1, "some questions should be re-read, others not"
+
+
+def read_requests(
+    proxy: Decider, served: Standin, questions: dict[str, Any], **extensions: Any
+) -> tuple[CanvasJob, list[dict[str, Any]]]:
+    """Decide one request through the backend; the job and every request it sent upstream."""
+    backend = backend_of(proxy)
+    job = backend.prepare(parse_request({"model": "dgemma", "state": STATE, "questions": questions, **extensions})[1])
+    before = len(served.requests)
+    backend.decide([job])
+    return job, served.requests[before:]
+
+
+def check_fields(body: dict[str, Any]) -> None:
+    assert body.keys() == COMPLETION_FIELDS.keys()
+    for name, kind in COMPLETION_FIELDS.items():
+        assert type(body[name]) is kind, name
+    xargs = body["vllm_xargs"]
+    assert xargs.keys() == DIFFUSION_XARGS.keys()
+    for name, kind in DIFFUSION_XARGS.items():
+        assert type(xargs[name]) is kind, name
+    for ids in (body["prompt"], body["logprob_token_ids"], xargs["diffusion_seed_canvas"]):
+        assert all(type(i) is int and 0 <= i < VOCAB for i in ids)
+    assert body["model"] == "dgemma"
+    assert body["return_tokens_as_token_ids"] is True
+    assert xargs["diffusion_max_steps"] == 1 and xargs["diffusion_read_only"] is True
+    assert xargs["diffusion_canvas_length"] == len(xargs["diffusion_seed_canvas"]) == body["max_tokens"] <= 256
+    assert body["logprob_token_ids"] == sorted(set(body["logprob_token_ids"]))
+    assert 1 <= len(body["logprob_token_ids"]) <= 128 and body["logprobs"] == len(body["logprob_token_ids"])
+
+
+@pytest.mark.parametrize(
+    ("questions", "samples", "canvases"),
+    [
+        pytest.param({"refund": noul("Refund?")}, 1, 1, id="single-question"),
+        pytest.param(mixed(7), 1, 1, id="multi-question"),
+        pytest.param(mixed(60), 1, 2, id="several-canvases"),
+        pytest.param(mixed(5), 3, 1, id="re-reads"),
+    ],
+)
+def test_requests_carry_vllms_fields_and_the_planned_canvases(
+    proxy: Decider, standin: tuple[str, Standin], questions: dict[str, Any], samples: int, canvases: int
+) -> None:
+    job, sent = read_requests(proxy, standin[1], questions, seed=5, samples=samples)
+    assert len(job.plan.canvases) >= canvases
+    runtime = backend_of(proxy)._runtime
+    assert runtime is not None
+    vocab = runtime.tokenizer.vocab_size
+    expected = {
+        tuple(noisy_canvas(canvas, job.plan.questions, vocab_size=vocab, seed=5, read=r)): (c, r)
+        for c, canvas in enumerate(job.plan.canvases)
+        for r in range(samples)
+    }
+    assert len(sent) == len(expected) == len(job.plan.canvases) * samples
+    seen = set()
+    for body in sent:
+        check_fields(body)
+        assert body["prompt"] == list(job.plan.prompt_ids)
+        c, r = expected[tuple(body["vllm_xargs"]["diffusion_seed_canvas"])]
+        seen.add((c, r))
+        slots = [job.plan.questions[q] for q in job.plan.canvases[c].questions]
+        assert set(body["logprob_token_ids"]) == {i for planned in slots for i in planned.label_ids}
+    assert len(seen) == len(sent), "every read is sent once, each with its own noise"
+
+
+def test_a_read_needing_more_than_128_label_ids_is_split_over_requests(
+    proxy: Decider, standin: tuple[str, Standin]
+) -> None:
+    job, sent = read_requests(proxy, standin[1], wide_choice(200), seed=3, samples=1)
+    assert len(job.plan.canvases) == 1 and len(sent) == 2
+    for body in sent:
+        check_fields(body)
+    asked = [set(body["logprob_token_ids"]) for body in sent]
+    assert not asked[0] & asked[1]
+    assert asked[0] | asked[1] == {i for planned in job.plan.questions for i in planned.label_ids}
+    assert len({tuple(body["vllm_xargs"]["diffusion_seed_canvas"]) for body in sent}) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"vllm_xargs": {"diffusion_surprise": 1}}, "diffusion_surprise"),
+        ({"vllm_xargs": {"diffusion_read_only": "yes"}}, "diffusion_read_only"),
+        ({"vllm_xargs": {"diffusion_max_steps": True}}, "diffusion_max_steps"),
+        ({"vllm_xargs": {"diffusion_seed_canvas": [0] * 15}}, "exactly 16 ids"),
+        ({"vllm_xargs": {"diffusion_canvas_length": 512, "diffusion_seed_canvas": [0] * 512}}, "no larger"),
+        ({"logprobs": 3}, "logprobs must equal"),
+        ({"logprob_token_ids": list(range(129)), "logprobs": 129}, "length 129"),
+        ({"temperature": 0.0}, "temperature"),
+    ],
+)
+def test_the_standin_refuses_what_vllm_refuses(
+    standin: tuple[str, Standin], change: dict[str, Any], message: str
+) -> None:
+    body: dict[str, Any] = {
+        "model": "dgemma",
+        "prompt": [2, 105, 2364],
+        "max_tokens": 16,
+        "logprobs": 2,
+        "logprob_token_ids": [4443, 1294],
+        "return_tokens_as_token_ids": True,
+        "vllm_xargs": {
+            "diffusion_seed_canvas": [0] * 16,
+            "diffusion_canvas_length": 16,
+            "diffusion_max_steps": 1,
+            "diffusion_read_only": True,
+        },
+    }
+    assert httpx.post(standin[0] + "/v1/completions", json=body, timeout=30).status_code == 200
+    broken = {**body, **change, "vllm_xargs": {**body["vllm_xargs"], **change.get("vllm_xargs", {})}}
+    refused = httpx.post(standin[0] + "/v1/completions", json=broken, timeout=30)
+    assert refused.status_code == 400
+    assert message in refused.json()["error"]["message"]
+
+
+def ask_live(base: str, questions: dict[str, Any]) -> httpx.Response:
+    body = {"model": "dgemma", "state": STATE, "questions": questions, "seed": 1}
+    return httpx.post(base + "/v1/systemone", json=body, timeout=60)
+
+
+def test_a_canvas_wider_than_vllm_serves_is_a_clear_502(tiny_checkpoint: Path) -> None:
+    narrow = load_standin(str(tiny_checkpoint), served_name="dgemma", canvas_length=64)
+    with running(narrow) as base:
+        decider = proxy_for(base, tiny_checkpoint, load=False)
+        try:
+            with serve_app(create_app(decider, ServerConfig())) as server:
+                assert ask_live(server, {"refund": noul("Refund?")}).status_code == 200
+                reply = ask_live(server, mixed(60))
+        finally:
+            close(decider)
+    assert reply.status_code == 502
+    detail = reply.json()["detail"]
+    assert detail["error_type"] == "upstream_error"
+    assert "no larger than the served canvas_length 64" in detail["message"]
+
+
+def test_an_upstream_without_logprob_token_ids_is_a_clear_502(tiny_checkpoint: Path) -> None:
+    older = load_standin(str(tiny_checkpoint), served_name="dgemma", honour_logprob_token_ids=False)
+    with running(older) as base:
+        decider = proxy_for(base, tiny_checkpoint, load=False)
+        try:
+            with serve_app(create_app(decider, ServerConfig())) as server:
+                reply = ask_live(server, mixed(3))
+        finally:
+            close(decider)
+    assert reply.status_code == 502
+    assert "logprob_token_ids" in reply.json()["detail"]["message"]
+
+
+def test_serve_refuses_an_upstream_without_a_tokenizer() -> None:
+    result = CliRunner().invoke(cli_app, ["serve", "--upstream", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert "--tokenizer" in result.output

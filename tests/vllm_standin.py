@@ -1,0 +1,284 @@
+"""A loopback stand-in for the part of vLLM's OpenAI-compatible server that canvasread uses.
+
+vLLM needs a GPU and a model hub, so the proxy path is tested against this:
+`GET /health`, `GET /v1/models` and `POST /v1/completions` with a token-id
+prompt, `logprob_token_ids` (vLLM PR 57417) and the diffusion read-only
+`vllm_xargs` (PR 57250). Requests are validated as vLLM validates them (field
+types, at most 128 logprob ids, `logprobs` equal to their count, seed canvas
+exactly `diffusion_canvas_length` in-vocabulary ids, canvas no wider than the
+served one, context length) and more strictly where that catches our mistakes:
+an unknown field, top-level or in `vllm_xargs`, is a 400 here while vLLM would
+ignore it. Errors use vLLM's `{"error": {"message", "type", "param", "code"}}`.
+
+Logprobs come from one plain transformers forward of the checkpoint (encoder
+over the prompt, decoder over the seeded canvas, temperature 1), which is what
+a read-only single step computes, so answers through the proxy must equal the
+in-process engine's on the same checkpoint and seed.
+
+Run it as vLLM is run (`python tests/vllm_standin.py serve MODEL --port 8000
+--served-model-name dgemma --diffusion-config '{"canvas_length": 64}'`); flags
+it does not know are accepted and ignored, as a shim for `vllm` in recipes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# vLLM's `MAX_LOGPROB_TOKEN_IDS` (vllm/sampling_params.py).
+MAX_LOGPROB_TOKEN_IDS = 128
+# vLLM clamps -inf logprobs to this so they stay JSON numbers.
+LOGPROB_FLOOR = -9999.0
+
+NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+
+
+class DiffusionXargs(BaseModel):
+    """The `vllm_xargs` of a read-only diffusion step, typed as vLLM's `validate_diffusion_sampling_params` wants."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    diffusion_seed_canvas: list[NonNegative]
+    diffusion_canvas_length: Positive | None = None
+    diffusion_max_steps: Positive
+    diffusion_read_only: bool
+
+
+class CompletionRequest(BaseModel):
+    """The fields of vLLM's `CompletionRequest` that a canvas read uses, with vLLM's types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    prompt: Annotated[list[NonNegative], Field(min_length=1)]
+    max_tokens: Positive
+    logprobs: NonNegative | None = None
+    logprob_token_ids: Annotated[list[int], Field(min_length=1)] | None = None
+    return_tokens_as_token_ids: bool | None = None
+    vllm_xargs: DiffusionXargs
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, code: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
+@dataclass
+class Standin:
+    """The served model and what the stand-in has seen (tests read `requests`)."""
+
+    model: Any
+    served_name: str
+    root: str
+    canvas_length: int
+    max_model_len: int
+    honour_logprob_token_ids: bool = True
+    stall_s: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.text_config.vocab_size)
+
+    def check(self, request: CompletionRequest) -> int:
+        """vLLM's checks of a read-only diffusion completion; returns the canvas width."""
+        if request.model != self.served_name:
+            raise BadRequest(f"The model `{request.model}` does not exist.", "model", 404)
+        xargs = request.vllm_xargs
+        width = xargs.diffusion_canvas_length or self.canvas_length
+        if width > self.canvas_length:
+            raise BadRequest(
+                f"diffusion_canvas_length must be no larger than the served canvas_length {self.canvas_length}",
+                "vllm_xargs",
+            )
+        if len(xargs.diffusion_seed_canvas) != width:
+            raise BadRequest(
+                f"diffusion_seed_canvas must hold exactly {width} ids, got {len(xargs.diffusion_seed_canvas)}",
+                "vllm_xargs",
+            )
+        for name, ids in (
+            ("diffusion_seed_canvas", xargs.diffusion_seed_canvas),
+            ("prompt", request.prompt),
+            ("logprob_token_ids", request.logprob_token_ids or []),
+        ):
+            if any(not 0 <= token < self.vocab_size for token in ids):
+                raise BadRequest(f"{name}: ids must be in [0, {self.vocab_size})", name)
+        if not (xargs.diffusion_read_only and xargs.diffusion_max_steps == 1):
+            raise BadRequest("the stand-in implements read-only single-step reads only", "vllm_xargs")
+        if request.logprob_token_ids is not None:
+            count = len(request.logprob_token_ids)
+            if request.logprobs is None:
+                raise BadRequest("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+            if count > MAX_LOGPROB_TOKEN_IDS:
+                raise BadRequest(f"Requested logprob_token_ids of length {count}", "logprob_token_ids")
+            if request.logprobs != count:
+                raise BadRequest("logprobs must equal len(logprob_token_ids)", "logprob_token_ids")
+        if len(request.prompt) + width > self.max_model_len:
+            raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens", "prompt")
+        return width
+
+    def complete(self, request: CompletionRequest) -> dict[str, Any]:
+        width = self.check(request)
+        rows = min(request.max_tokens, width)  # a read-only request ends after one canvas
+        device = next(self.model.parameters()).device
+        with self.lock, torch.no_grad():
+            output = self.model(
+                input_ids=torch.tensor([request.prompt], device=device),
+                decoder_input_ids=torch.tensor([request.vllm_xargs.diffusion_seed_canvas], device=device),
+            )
+            logprobs = torch.log_softmax(output.logits[0].float(), dim=-1)[:rows]
+        chosen = logprobs.argmax(dim=-1).tolist()
+        wanted = request.logprob_token_ids if self.honour_logprob_token_ids else None
+        top: list[dict[str, float]] = []
+        for position, token in enumerate(chosen):
+            ids = wanted if wanted is not None else logprobs[position].topk(min(request.logprobs or 0, 5)).indices
+            row = {_key(token): _clamp(logprobs[position, token].item())}
+            row.update({_key(int(i)): _clamp(logprobs[position, int(i)].item()) for i in ids})
+            top.append(row)
+        return {
+            "id": f"cmpl-standin-{len(self.requests)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.served_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "logprobs": {
+                        "text_offset": [0] * rows,
+                        "token_logprobs": [_clamp(logprobs[p, t].item()) for p, t in enumerate(chosen)],
+                        "tokens": [_key(t) for t in chosen],
+                        "top_logprobs": top,
+                    },
+                    "finish_reason": "length",
+                    "stop_reason": None,
+                }
+            ],
+            "usage": {"prompt_tokens": len(request.prompt), "completion_tokens": rows, "total_tokens": 0},
+        }
+
+
+def _key(token: int) -> str:
+    return f"token_id:{token}"
+
+
+def _clamp(value: float) -> float:
+    return max(value, LOGPROB_FLOOR) if math.isfinite(value) else LOGPROB_FLOOR
+
+
+def _error(message: str, param: str | None, code: int) -> JSONResponse:
+    kind = "NotFoundError" if code == 404 else "BadRequestError"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=code)
+
+
+def create_app(standin: Standin) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        entry = {
+            "id": standin.served_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": standin.root,
+            "parent": None,
+            "max_model_len": standin.max_model_len,
+            "permission": [],
+        }
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        raw = await request.body()
+        standin.requests.append(json.loads(raw))
+        await asyncio.sleep(standin.stall_s)  # a stuck upstream: answers /health, sits on reads
+        try:
+            parsed = CompletionRequest.model_validate_json(raw)
+            return JSONResponse(await asyncio.to_thread(standin.complete, parsed))
+        except ValidationError as error:
+            return _error(str(error), None, 400)
+        except BadRequest as error:
+            return _error(error.message, error.param, error.code)
+
+    return app
+
+
+@contextlib.contextmanager
+def running(standin: Standin, port: int = 0) -> Iterator[str]:
+    """Serve `standin` on loopback (a free port unless given) in a thread; yields its base URL once bound."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    server = uvicorn.Server(uvicorn.Config(create_app(standin), log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def load_standin(model_path: str, **options: Any) -> Standin:
+    """The tiny checkpoint in fp32 on the CPU, served as vLLM would serve it."""
+    from canvasread.engine.loader import load_checkpoint
+
+    model = load_checkpoint(model_path).model  # the same arguments as the in-process backend: one shared load
+    options.setdefault("canvas_length", int(model.config.canvas_length))
+    options.setdefault("max_model_len", int(model.config.text_config.max_position_embeddings))
+    options.setdefault("served_name", Path(model_path).name)
+    return Standin(model=model, root=model_path, **options)
+
+
+def main(argv: list[str]) -> None:
+    """`vllm serve MODEL [flags]` as far as the stand-in needs it; other flags are ignored."""
+    parser = argparse.ArgumentParser(prog="vllm_standin")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name")
+    parser.add_argument("--diffusion-config", type=json.loads, default={})
+    parser.add_argument("--max-model-len", type=int)
+    args, _ignored = parser.parse_known_args(argv)
+    options: dict[str, Any] = {}
+    if args.served_model_name:
+        options["served_name"] = args.served_model_name
+    if "canvas_length" in args.diffusion_config:
+        options["canvas_length"] = int(args.diffusion_config["canvas_length"])
+    if args.max_model_len:
+        options["max_model_len"] = args.max_model_len
+    standin = load_standin(args.model, **options)
+    uvicorn.run(create_app(standin), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -4,8 +4,8 @@ Every request goes to the healthy upstream with the fewest requests in flight
 from this process. A connection error, a timeout or a 5xx takes that upstream
 out and the request is retried on another one (a canvas read is read-only and
 seeded, so sending it twice is harmless); a 4xx or a malformed answer is the
-request's own problem and becomes a 502 at once. A prober thread checks every
-upstream's `/health` (and once, `/v1/models`, to see that it serves the model)
+request's own problem and becomes a 502 at once. A prober thread per upstream
+checks its `/health` (and once, `/v1/models`, to see that it serves the model)
 every few seconds, so a failed upstream comes back as soon as it answers, and
 `health_problem()` tells `/ready` whether any upstream can answer now.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -67,6 +68,19 @@ def serve(
         str | None, typer.Option(help="torch device for DiffusionGemma (default: cuda if present).")
     ] = None,
     dtype: Annotated[str | None, typer.Option(help="torch dtype (default: bfloat16 on GPU, float32 on CPU).")] = None,
+    experts: Annotated[
+        str | None, typer.Option(help="transformers experts kernel for DiffusionGemma: eager, batched_mm, grouped_mm.")
+    ] = None,
+    random_weights: Annotated[
+        float | None,
+        typer.Option(help="Build DiffusionGemma from the folder's config with N(0, STD) weights (speed tests)."),
+    ] = None,
+    naive_baseline: Annotated[
+        bool, typer.Option(help="Also serve <model>-naive: plain transformers forwards on the same weights.")
+    ] = False,
+    gpus: Annotated[
+        int, typer.Option(help="DiffusionGemma replicas, one per GPU (cuda:0..N-1); batches are split across them.")
+    ] = 1,
     upstream: Annotated[
         list[str] | None,
         typer.Option(
@@ -94,6 +108,9 @@ def serve(
     ] = DEFAULT_UPSTREAM_CONCURRENCY,
     max_batch: Annotated[int, typer.Option(help="Most requests read together in one batch.")] = 32,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests.")] = 0.0,
+    linger_ms: Annotated[
+        float, typer.Option(help="How long a batch waits for requests already accepted and still being prepared.")
+    ] = BatchPolicy.linger_s * 1000.0,
     max_pending: Annotated[int, typer.Option(help="Requests in flight per model before answering 529.")] = 1024,
     timeout: Annotated[float, typer.Option(help="Per-request deadline in seconds (504 past it).")] = 120.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
@@ -143,7 +160,9 @@ def serve(
     from canvasread.server.logs import logging_config
 
     decider_config = DeciderConfig(
-        decimals=round_to, timeout_s=timeout, batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending)
+        decimals=round_to,
+        timeout_s=timeout,
+        batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending, linger_ms / 1000.0),
     )
     try:
         upstream_settings = (
@@ -165,7 +184,14 @@ def serve(
     decider = open_decider(
         tuple(model or (() if upstream else (DEFAULT_SPARROW_MODEL,))),
         decider_config,
-        EngineOptions(device=device, dtype=dtype),
+        EngineOptions(
+            device=device,
+            dtype=dtype,
+            experts=experts,
+            random_init_std=random_weights,
+            naive_baseline=naive_baseline,
+            gpus=gpus,
+        ),
         load=False,
         upstream=upstream_settings,
     )
@@ -444,6 +470,60 @@ def banking77(
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+@app.command()
+def bench(
+    url: Annotated[
+        str, typer.Option(help="Server to drive (loopback only).")
+    ] = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}",
+    model: Annotated[str, typer.Option(help="Model name to ask.")] = "jev-latest",
+    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32,64,128,256",
+    duration: Annotated[float, typer.Option(help="Seconds per level (after a short warm-up).")] = 10.0,
+    baseline_model: Annotated[
+        str | None, typer.Option(help="Also sweep this model (e.g. <model>-naive) as the baseline.")
+    ] = None,
+    baseline_concurrency: Annotated[str, typer.Option(help="Levels for the baseline sweep.")] = "1,4,16",
+    gpu: Annotated[str, typer.Option(help="What the server runs on, for the report.")] = "unknown",
+    api_key: Annotated[str, typer.Option(envvar="TYPESAFE_API_KEY")] = "local",
+    out: Annotated[Path, typer.Option(help="Folder for bench.json and bench.png.")] = Path("bench-out"),
+) -> None:
+    """Sweep concurrency levels against a running server; print and save decisions/s and latency percentiles."""
+    from rich.progress import Progress
+
+    from canvasread.bench import Level, run_sweep, summarise, write_outputs
+
+    def levels_of(text: str) -> list[int]:
+        return [int(part) for part in text.split(",") if part.strip()]
+
+    table = Table("model", "clients", "decisions/s", "p50 ms", "p95 ms", "p99 ms", "errors")
+    sweeps: dict[str, list[Level]] = {}
+    plan = [(model, levels_of(concurrency))] + (
+        [(baseline_model, levels_of(baseline_concurrency))] if baseline_model else []
+    )
+    with Progress(console=console) as progress:
+        task = progress.add_task("sweeping", total=sum(len(levels) for _, levels in plan))
+
+        def show(name: str) -> Callable[[Level], None]:
+            def record(level: Level) -> None:
+                progress.advance(task)
+                table.add_row(
+                    name,
+                    str(level.concurrency),
+                    f"{level.decisions_per_s:.1f}",
+                    *(f"{v:.1f}" if v is not None else "-" for v in (level.p50_ms, level.p95_ms, level.p99_ms)),
+                    str(level.errors),
+                )
+
+            return record
+
+        for name, levels in plan:
+            sweeps[name] = run_sweep(url, name, levels, duration_s=duration, api_key=api_key, on_level=show(name))
+    console.print(table)
+    command = "canvasread " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+    result = summarise(sweeps[model], sweeps.get(baseline_model or "", []), command=command, gpu=gpu)
+    for path in write_outputs(result, out):
+        console.print(f"wrote {path}")
 
 
 def main() -> None:

@@ -29,6 +29,13 @@ class EngineOptions:
     experts: str | None = None
     random_init_std: float | None = None
     naive_baseline: bool = False
+    gpus: int = 1
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError("gpus must be at least 1")
+        if self.gpus > 1 and self.device is not None:
+            raise ValueError("--gpus places one replica on each of cuda:0..N-1; leave --device out")
 
 
 def backends_for(spec: str, engine: EngineOptions = EngineOptions()) -> list[AnyBackend]:
@@ -44,6 +51,17 @@ def backends_for(spec: str, engine: EngineOptions = EngineOptions()) -> list[Any
         device=engine.device, dtype=engine.dtype, experts=engine.experts, random_init_std=engine.random_init_std
     )
     backends: list[AnyBackend] = [canvas_backend_for_checkpoint(spec, settings)]
+    if engine.gpus > 1:
+        from canvasread.backends.replicas import ReplicaSet
+
+        backends = [
+            ReplicaSet(
+                [
+                    canvas_backend_for_checkpoint(spec, replace(settings, device=f"cuda:{index}"))
+                    for index in range(engine.gpus)
+                ]
+            )
+        ]
     if engine.naive_baseline:
         backends.append(canvas_backend_for_checkpoint(spec, replace(settings, naive=True)))
     return backends

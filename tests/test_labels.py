@@ -77,3 +77,12 @@ def test_a_state_past_the_context_is_a_422_at_the_state(tokenizer: HFTokenizer) 
     with pytest.raises(InvalidRequest) as caught:
         Planner(tokenizer, canvas_length=64, max_positions=256).plan(request)
     assert caught.value.problems[0].loc == ("body", "state")
+
+
+def test_noise_stays_inside_the_model_vocabulary(tokenizer: HFTokenizer, tiny_checkpoint: Path) -> None:
+    """The tokenizer knows one added token past the model's 262,144 ids; noise must never draw it."""
+    import json
+
+    model_vocab = json.loads((tiny_checkpoint / "config.json").read_text())["text_config"]["vocab_size"]
+    assert tokenizer.vocab_size == model_vocab
+    assert len(tokenizer.encode("<image_soft_token>")) == 1

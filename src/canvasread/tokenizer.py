@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 class Tokenizer(Protocol):
     @property
-    def vocab_size(self) -> int: ...
+    def vocab_size(self) -> int:
+        """The base vocabulary: ids the model's embedding table covers (canvas noise is drawn from it)."""
+        ...
 
     @property
     def pad_id(self) -> int: ...
@@ -40,7 +42,8 @@ class HFTokenizer:
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
-        self._vocab_size = len(tokenizer)
+        # Not len(tokenizer): added tokens may lie past the model's vocabulary (Gemma 3's image token is id 262,144).
+        self._vocab_size = int(tokenizer.vocab_size)
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else 0)
 

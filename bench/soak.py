@@ -53,12 +53,17 @@ def resident_bytes(pid: int) -> int:
 
 
 def heavy_body(questions: int) -> Any:
-    """Requests of several questions, so the model (not HTTP) is what saturates."""
+    """Requests of several questions, so the model (not HTTP) is what saturates.
+
+    The sequence number goes in the question keys (which the answers must echo)
+    but the text the model reads repeats: sparrow's tokenizer caches up to 65,536
+    words, and ever-new words would show that cache filling up as memory growth.
+    """
 
     def make(sequence: int) -> dict[str, Any]:
         return {
             "model": "jev-latest",
-            "state": f"Ticket {sequence}: I was charged twice for order {sequence % 9973} and want my money back.",
+            "state": f"Ticket {sequence % 97}: I was charged twice for my order and want my money back.",
             "questions": {
                 f"r{sequence}-{i}": {"type": "noul", "instructions": f"Is the customer asking for refund #{i}?"}
                 for i in range(questions)
@@ -104,6 +109,11 @@ def memory_verdict(samples: list[tuple[float, int]], duration_s: float) -> dict[
         "peak_mib": round(max(rss for _, rss in samples) / mib, 1),
         "growth_mib": round((final - baseline) / mib, 1),
         "allowed_growth_mib": round(allowed / mib, 1),
+        "median_mib_by_tenth": [
+            round(statistics.median(tenth) / mib, 1)
+            for k in range(10)
+            if (tenth := [rss for t, rss in samples if k * duration_s / 10 <= t < (k + 1) * duration_s / 10])
+        ],
     }
 
 

@@ -83,11 +83,6 @@ def standin_process(tiny_checkpoint: Path) -> Iterator[tuple[str, subprocess.Pop
         process.wait()
 
 
-def counter(metrics: str, name: str) -> float:
-    line = next(line for line in metrics.splitlines() if line.startswith(name + "{"))
-    return float(line.rsplit(" ", 1)[1])
-
-
 def test_killing_one_of_two_upstreams_mid_run_loses_no_request(tiny_checkpoint: Path, tiny_decider: Decider) -> None:
     expected = expected_answers(tiny_decider, range(3))
     survivor = load_standin(str(tiny_checkpoint), served_name="dgemma")
@@ -109,10 +104,12 @@ def test_killing_one_of_two_upstreams_mid_run_loses_no_request(tiny_checkpoint: 
                 eventually(lambda: answered >= 2, timeout=120)
                 victim.send_signal(signal.SIGKILL)
                 results = [future.result(timeout=180) for future in futures]
+            served_by_survivor = len(survivor.requests)
             after = [ask(seed) for seed in range(3)]
             assert httpx.get(base + "/ready", timeout=10).status_code == 200
-            metrics = httpx.get(base + "/metrics", timeout=10).text
-    assert counter(metrics, "canvasread_engine_upstream_failovers_total") >= 1, "reads in flight were retried"
+    # Whether the kill caught reads in flight (then retried) or the prober saw it first is a matter of timing;
+    # either way nothing is lost and the survivor takes every read from then on.
+    assert len(survivor.requests) >= served_by_survivor + 3
     for seed, status, got in results + after:
         assert status == 200
         assert got == pytest.approx(expected[seed], abs=1e-5)

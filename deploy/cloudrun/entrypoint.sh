@@ -22,6 +22,10 @@ VLLM_BIN="${VLLM_BIN:-vllm}"
 read -r -a canvasread_args <<< "${CANVASREAD_ARGS:-}"
 read -r -a vllm_args <<< "${VLLM_ARGS:-}"
 
+# A stop signal can come at any moment, even before vLLM starts: forward it to whatever runs, and start nothing more.
+stopping=""
+trap 'stopping=1; kill -TERM ${canvasread:-} ${vllm:-} 2>/dev/null || true' TERM INT
+
 "$CANVASREAD_BIN" serve --host 0.0.0.0 --port "$PORT" \
     --upstream "http://127.0.0.1:${VLLM_PORT}" --upstream-model "$SERVED_MODEL_NAME" \
     --upstream-canvas-length "$CANVAS_LENGTH" --tokenizer "$TOKENIZER" "${canvasread_args[@]}" &
@@ -29,12 +33,16 @@ canvasread=$!
 
 # vLLM only starts once canvasread listens: its model load must never delay binding the port.
 until (exec 3<>"/dev/tcp/127.0.0.1/${PORT}") 2>/dev/null; do
-    if ! kill -0 "$canvasread" 2>/dev/null; then
+    if [ -n "$stopping" ] || ! kill -0 "$canvasread" 2>/dev/null; then
         wait "$canvasread"
         exit $?
     fi
     sleep 0.2
 done
+if [ -n "$stopping" ]; then
+    wait "$canvasread"
+    exit $?
+fi
 
 "$VLLM_BIN" serve "$MODEL" --host 127.0.0.1 --port "$VLLM_PORT" \
     --served-model-name "$SERVED_MODEL_NAME" \
@@ -44,7 +52,6 @@ done
     --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.85}" "${vllm_args[@]}" &
 vllm=$!
 
-trap 'kill -TERM "$canvasread" "$vllm" 2>/dev/null || true' TERM INT
 set +e
 wait -n "$canvasread" "$vllm"
 status=$?

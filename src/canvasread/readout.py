@@ -81,7 +81,4 @@ def needs_another_read(readings: Sequence[SlotReading], *, entropy_threshold: fl
     """
     if len(readings) >= max_reads:
         return False
-    mean = tuple(
-        sum(r.probabilities[i] for r in readings) / len(readings) for i in range(len(readings[0].probabilities))
-    )
-    return normalised_entropy(mean) > entropy_threshold
+    return normalised_entropy(combine(readings).probabilities) > entropy_threshold

@@ -124,7 +124,6 @@ class FusedRunner:
         self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
         self.layer_types: list[str] = list(self.config.layer_types)
         self.window = int(self.config.sliding_window)
-        self.passes = 0
         self.graphs = GraphCache() if cuda_graphs and self.device.type == "cuda" else None
 
     @property
@@ -137,7 +136,6 @@ class FusedRunner:
 
         Small batches that share one cached prefix replay CUDA graphs when enabled (`graphs`).
         """
-        self.passes += 1
         prompt_lengths = [len(row.prompt_ids) for row in rows]
         graphed = self.graphs.run(self, rows) if self.graphs is not None else None
         if graphed is not None:

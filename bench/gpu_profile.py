@@ -19,13 +19,13 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-from canvasread.engine.checkpoints import initialise_weights
-from canvasread.engine.loader import load_checkpoint
-from canvasread.engine.naive import NaiveReader
-from canvasread.engine.reader import InProcessReader
-from canvasread.engine.runner import FusedRunner
-from canvasread.plan import Planner
-from canvasread.tokenizer import HFTokenizer
+from canvasread.canvas.engine.loader import load_checkpoint
+from canvasread.canvas.engine.naive import NaiveReader
+from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.plan import Planner
+from canvasread.canvas.tokenizer import HFTokenizer
+from canvasread.tools.checkpoints import initialise_weights
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_runner import reads_for

@@ -21,15 +21,15 @@ from typing import Any
 
 import torch
 
-from canvasread.bench import standard_body
-from canvasread.engine.loader import load_checkpoint
-from canvasread.engine.naive import NaiveReader
-from canvasread.engine.reader import InProcessReader
-from canvasread.engine.runner import FusedRunner
-from canvasread.plan import Planner, noisy_canvas
-from canvasread.readers.base import CanvasRead, Slot
-from canvasread.readout import slot_reading
-from canvasread.tokenizer import HFTokenizer
+from canvasread.canvas.engine.loader import load_checkpoint
+from canvasread.canvas.engine.naive import NaiveReader
+from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.plan import Planner, noisy_canvas
+from canvasread.canvas.reader import CanvasRead, Slot
+from canvasread.canvas.readout import slot_reading
+from canvasread.canvas.tokenizer import HFTokenizer
+from canvasread.tools.bench import standard_body
 from canvasread.wire import parse_request
 
 

@@ -1,7 +1,7 @@
 """Soak: drive a real `canvasread serve` past saturation and check that it holds.
 
 Starts the server on a free loopback port with a small queue, pushes more
-concurrent clients at it than the queue takes (`canvasread.loadgen`), samples
+concurrent clients at it than the queue takes (`canvasread.tools.loadgen`), samples
 the server's resident memory once a second, then stops it with SIGTERM.
 It passes when every request got exactly its own answer or a 529 with a retry
 hint, both kinds occurred (so the server really was past saturation), memory
@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from canvasread.loadgen import LoadPlan, LoadReport, drive
+from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
 
 # Memory may grow this much past its post-warm-up level (allocator arenas settle; a leak keeps going).
 ALLOWED_GROWTH_BYTES = 32 * 1024 * 1024

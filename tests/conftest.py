@@ -27,7 +27,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Weights are drawn with a large spread (std 0.3) so slot distributions are
     far from uniform and exactness checks have something to compare.
     """
-    from canvasread.engine.checkpoints import write_tiny_checkpoint
+    from canvasread.tools.checkpoints import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-diffusiongemma"), std=0.3)
 
@@ -35,6 +35,6 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_decider(tiny_checkpoint: Path) -> Decider:
     """The checkpoint loaded through the public library path (`open_decider`)."""
-    from canvasread.registry import open_decider
+    from canvasread.catalog import open_decider
 
     return open_decider((str(tiny_checkpoint),))

@@ -9,8 +9,8 @@ import httpx
 from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
-from canvasread.batching import BatchPolicy
-from canvasread.decide import Decider, DeciderConfig
+from canvasread.batching import BatchSettings
+from canvasread.decide import Decider, DeciderSettings
 from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest
 
@@ -37,7 +37,7 @@ def closed_loop_clients(base: str, clients: int, requests_each: int) -> None:
 
 def test_two_closed_loop_clients_share_batches() -> None:
     backend = FunctionBackend(slow)
-    config = DeciderConfig(batch=BatchPolicy(linger_s=0.05))
+    config = DeciderSettings(batch=BatchSettings(linger_s=0.05))
     with serve_app(create_app(Decider([backend], config))) as base:
         closed_loop_clients(base, clients=2, requests_each=8)
     assert sum(backend.batches) == 16
@@ -46,7 +46,7 @@ def test_two_closed_loop_clients_share_batches() -> None:
 
 def test_a_lone_client_is_never_held_back() -> None:
     backend = FunctionBackend(slow)
-    config = DeciderConfig(batch=BatchPolicy(linger_s=5.0))  # would stall every request if it applied to them
+    config = DeciderSettings(batch=BatchSettings(linger_s=5.0))  # would stall every request if it applied to them
     with serve_app(create_app(Decider([backend], config))) as base:
         started = time.monotonic()
         closed_loop_clients(base, clients=1, requests_each=5)

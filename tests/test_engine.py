@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import torch
 
-from canvasread.backends.canvas import CanvasBackend, CanvasJob
+from canvasread.canvas.backend import CanvasBackend, CanvasJob
+from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.readout import slot_reading
 from canvasread.decide import Decider
-from canvasread.plan import noisy_canvas
-from canvasread.readout import slot_reading
 from canvasread.wire import parse_request
 
 STATE = {"ticket": "I was charged twice for order 1182 — please refund me.", "channel": "email"}
@@ -97,14 +97,14 @@ def test_auto_rereads_only_uncertain_questions_without_rerunning_the_encoder(tin
     probe = tiny_decider.ask(STATE, questions, seed=21, samples=1, diagnostics=True)
     entropies = sorted(a["diagnostics"]["entropy"] for a in probe["answers"].values())  # type: ignore[index]
     threshold = (entropies[3] + entropies[4]) / 2
-    original = backend.config
-    backend.config = type(original)(reread_entropy=threshold, max_auto_reads=4)
+    original = backend.settings
+    backend.settings = type(original)(reread_entropy=threshold, max_auto_reads=4)
     try:
         before = backend.counters()
         answers = tiny_decider.ask({**STATE, "note": "a new state"}, questions, seed=21, diagnostics=True)["answers"]
         after = backend.counters()
     finally:
-        backend.config = original
+        backend.settings = original
     reads = {key: a["diagnostics"]["reads"] for key, a in answers.items()}  # type: ignore[index]
     assert 1 in reads.values() and any(n > 1 for n in reads.values()), reads
     for key, answer in answers.items():
@@ -159,8 +159,8 @@ def test_graph_replays_equal_eager_passes(tiny_decider: Decider) -> None:
     On the CPU the graph cache runs its static-buffer path eagerly (no capture), so this checks everything
     but the capture itself: padding, prefix copies, and reuse of one entry across different prefixes.
     """
-    from canvasread.engine.graphs import GraphCache
-    from canvasread.engine.runner import FusedRunner, Row
+    from canvasread.canvas.engine.graphs import GraphCache
+    from canvasread.canvas.engine.runner import FusedRunner, Row
 
     runtime = backend_of(tiny_decider)._runtime
     assert runtime is not None

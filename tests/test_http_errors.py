@@ -17,7 +17,7 @@ from serving import serve_app, wait_until
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.backends.sparrow import SparrowBackend
-from canvasread.decide import Decider, DeciderConfig
+from canvasread.decide import Decider, DeciderSettings
 from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest
 
@@ -219,7 +219,7 @@ def test_openapi_documents_the_request_body(sparrow_server: str) -> None:
 
 
 def test_round_2_reproduces_hosted_precision() -> None:
-    decider = Decider([SparrowBackend()], DeciderConfig(decimals=2))
+    decider = Decider([SparrowBackend()], DeciderSettings(decimals=2))
     with serve_app(create_app(decider)) as base:
         body = request_body(
             q=NOUL,
@@ -266,10 +266,10 @@ def test_a_backend_that_fails_to_load_keeps_ready_at_503() -> None:
 
 
 def test_body_size_limit_is_413() -> None:
-    from canvasread.config import ServerConfig
+    from canvasread.settings import ServerSettings
 
     backend = FunctionBackend(lambda request: [[1.0, 0.0] for _ in request.questions])
-    with serve_app(create_app(Decider([backend]), ServerConfig(max_body_bytes=4096))) as base:
+    with serve_app(create_app(Decider([backend]), ServerSettings(max_body_bytes=4096))) as base:
         big = {**request_body(), "state": "x" * 10_000}
         assert post(base, big).status_code == 413
         bomb = zstandard.ZstdCompressor().compress(json.dumps(big).encode())

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from canvasread.canvas.labels import LabelError, SlotSpec, choice_label_pool, verify_canvas
+from canvasread.canvas.plan import Planner
+from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.errors import InvalidRequest
-from canvasread.labels import LabelError, SlotSpec, choice_label_pool, verify_canvas
-from canvasread.plan import Planner
-from canvasread.tokenizer import HFTokenizer
 from canvasread.wire import parse_request
 
 

@@ -17,15 +17,15 @@ from PIL import Image
 from serving import serve_app, serve_cli
 
 from canvasread.backends.base import FunctionBackend
-from canvasread.config import ImageLimits, ServerConfig
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
 from canvasread.server.app import create_app
 from canvasread.server.limits import json_depth
+from canvasread.settings import ImageLimits, ServerSettings
 from canvasread.types import Capabilities, DecisionRequest
 
 NOUL = {"type": "noul", "instructions": "Is this about billing?"}
-LIMITS = ServerConfig(
+LIMITS = ServerSettings(
     max_questions=3,
     max_options=4,
     max_levels=3,
@@ -134,11 +134,11 @@ def test_levels_per_score(limited: str) -> None:
 
 def test_a_server_cannot_raise_the_apis_own_caps() -> None:
     with pytest.raises(ValueError, match="max_options"):
-        ServerConfig(max_options=256)
+        ServerSettings(max_options=256)
     with pytest.raises(ValueError, match="max_levels"):
-        ServerConfig(max_levels=11)
+        ServerSettings(max_levels=11)
     with pytest.raises(ValueError, match="max_json_depth"):
-        ServerConfig(max_json_depth=900)
+        ServerSettings(max_json_depth=900)
 
 
 # ---- JSON nesting, numbers, encodings ----------------------------------------------------

@@ -16,10 +16,10 @@ import pytest
 from serving import free_port, serve_app, wait_until
 
 from canvasread.backends.base import FunctionBackend
-from canvasread.config import ServerConfig
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.server.logs import ACCESS_LOGGER, logfmt
+from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
 
 SECRET = "card 4111-1111-1111-1111 belongs to Ada"
@@ -70,7 +70,7 @@ def test_each_request_logs_one_line_with_its_request_id(caplog: pytest.LogCaptur
 
 def test_payloads_are_logged_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    app = create_app(Decider([FunctionBackend(even, name="even")]), ServerConfig(log_payloads=True))
+    app = create_app(Decider([FunctionBackend(even, name="even")]), ServerSettings(log_payloads=True))
     with serve_app(app) as base:
         response = post(base)
     [line] = access_lines(caplog, response.headers["x-typesafe-request-id"])

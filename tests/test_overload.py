@@ -20,10 +20,10 @@ import pytest
 from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
-from canvasread.batching import BatchPolicy
-from canvasread.decide import Decider, DeciderConfig
-from canvasread.loadgen import LoadPlan, drive
+from canvasread.batching import BatchSettings
+from canvasread.decide import Decider, DeciderSettings
 from canvasread.server.app import create_app
+from canvasread.tools.loadgen import LoadPlan, drive
 from canvasread.types import DecisionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_overload_sheds_529_and_every_answer_reaches_its_own_request() -> None:
         seen.extend(q.key for q in request.questions)
         return [[0.5, 0.5] for _ in request.questions]
 
-    decider = Decider([FunctionBackend(answer)], DeciderConfig(batch=BatchPolicy(max_batch=4, max_pending=8)))
+    decider = Decider([FunctionBackend(answer)], DeciderSettings(batch=BatchSettings(max_batch=4, max_pending=8)))
     with serve_app(create_app(decider)) as base:
         report = asyncio.run(drive(LoadPlan(base, concurrency=48, max_requests=800, duration_s=120)))
     assert report.problems() == []
@@ -98,7 +98,7 @@ def test_a_shed_request_does_no_work() -> None:
             return request
 
     backend = Preparing()
-    decider = Decider([backend], DeciderConfig(batch=BatchPolicy(max_pending=1)))
+    decider = Decider([backend], DeciderSettings(batch=BatchSettings(max_pending=1)))
     with serve_app(create_app(decider)) as base, ThreadPoolExecutor(1) as pool:
         held = pool.submit(post, base, "hold")
         assert backend.entered.wait(10)
@@ -116,7 +116,7 @@ def test_a_shed_request_does_no_work() -> None:
 
 def test_a_deadline_answers_504_and_drops_the_queued_work() -> None:
     backend = GatedBackend()
-    decider = Decider([backend], DeciderConfig(timeout_s=0.5))
+    decider = Decider([backend], DeciderSettings(timeout_s=0.5))
     with serve_app(create_app(decider)) as base, ThreadPoolExecutor(1) as pool:
         held = pool.submit(post, base, "hold")
         assert backend.entered.wait(10)
@@ -135,7 +135,7 @@ def test_a_deadline_answers_504_and_drops_the_queued_work() -> None:
 
 def test_a_backend_exception_fails_only_the_request_that_raised(caplog: pytest.LogCaptureFixture) -> None:
     backend = GatedBackend()
-    decider = Decider([backend], DeciderConfig(batch=BatchPolicy(max_batch=8)))
+    decider = Decider([backend], DeciderSettings(batch=BatchSettings(max_batch=8)))
     states = ["good 1", "poison", "good 2", "good 3"]
     with serve_app(create_app(decider)) as base, ThreadPoolExecutor(len(states) + 1) as pool:
         held = pool.submit(post, base, "hold")

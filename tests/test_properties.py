@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from canvasread.answers import confidence, expected_score, top_index
 from canvasread.backends.base import FunctionBackend
-from canvasread.decide import Decider, DeciderConfig
+from canvasread.decide import Decider, DeciderSettings
 from canvasread.types import DecisionRequest
 from canvasread.wire import SystemOneResponse, parse_request
 
@@ -74,7 +74,7 @@ def arbitrary_backend(seed: int) -> FunctionBackend:
 
 
 def answered(seed: int, questions: dict[str, Any], decimals: int | None) -> tuple[DecisionRequest, dict[str, Any]]:
-    decider = Decider([arbitrary_backend(seed)], DeciderConfig(decimals=decimals))
+    decider = Decider([arbitrary_backend(seed)], DeciderSettings(decimals=decimals))
     decider.load()
     model, request = parse_request({"model": "jev-latest", "state": "a ticket", "questions": questions})
     return request, decider.decide_now(model, request).to_json()

@@ -10,8 +10,9 @@ import pytest
 from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
-from canvasread.backends.canvas import EngineSettings, canvas_backend_for_checkpoint
 from canvasread.backends.replicas import ReplicaSet
+from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
+from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest

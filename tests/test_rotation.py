@@ -11,8 +11,8 @@ import pytest
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.calibration import Calibration
+from canvasread.catalog import open_decider
 from canvasread.decide import Decider
-from canvasread.registry import open_decider
 from canvasread.rotation import MAX_ROTATIONS
 from canvasread.types import DecisionRequest, DecisionResult, Distribution
 

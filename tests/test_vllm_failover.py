@@ -19,10 +19,11 @@ import pytest
 from serving import free_port, serve_cli, wait_until
 from vllm_standin import load_standin, running
 
+from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
+from canvasread.canvas.vllm.pool import UpstreamUnavailable
+from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.catalog import open_decider
 from canvasread.decide import Decider
-from canvasread.registry import open_decider
-from canvasread.upstream import UpstreamUnavailable
-from canvasread.upstream_backend import UpstreamCanvasBackend, UpstreamSettings
 
 STANDIN = Path(__file__).parent / "vllm_standin.py"
 QUESTIONS = {

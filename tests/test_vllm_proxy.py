@@ -17,14 +17,15 @@ from serving import serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
-from canvasread.backends.canvas import CanvasJob
+from canvasread.canvas.backend import CanvasJob
+from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
+from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.catalog import open_decider
 from canvasread.cli import app as cli_app
-from canvasread.config import ServerConfig
 from canvasread.decide import Decider
-from canvasread.plan import noisy_canvas
-from canvasread.registry import open_decider
 from canvasread.server.app import create_app
-from canvasread.upstream_backend import UpstreamCanvasBackend, UpstreamSettings
+from canvasread.settings import ServerSettings
 from canvasread.wire import parse_request
 
 STATE = {"ticket": "I was charged twice for order 1182 — please refund me.", "channel": "email"}
@@ -269,7 +270,7 @@ def test_a_canvas_wider_than_vllm_serves_is_a_clear_502(tiny_checkpoint: Path) -
     with running(narrow) as base:
         decider = proxy_for(base, tiny_checkpoint, load=False)
         try:
-            with serve_app(create_app(decider, ServerConfig())) as server:
+            with serve_app(create_app(decider, ServerSettings())) as server:
                 assert ask_live(server, {"refund": noul("Refund?")}).status_code == 200
                 reply = ask_live(server, mixed(60))
         finally:
@@ -285,7 +286,7 @@ def test_an_upstream_without_logprob_token_ids_is_a_clear_502(tiny_checkpoint: P
     with running(older) as base:
         decider = proxy_for(base, tiny_checkpoint, load=False)
         try:
-            with serve_app(create_app(decider, ServerConfig())) as server:
+            with serve_app(create_app(decider, ServerSettings())) as server:
                 reply = ask_live(server, mixed(3))
         finally:
             close(decider)

@@ -249,7 +249,7 @@ def running(standin: Standin, port: int = 0) -> Iterator[str]:
 
 def load_standin(model_path: str, **options: Any) -> Standin:
     """The tiny checkpoint in fp32 on the CPU, served as vLLM would serve it."""
-    from canvasread.engine.loader import load_checkpoint
+    from canvasread.canvas.engine.loader import load_checkpoint
 
     model = load_checkpoint(model_path).model  # the same arguments as the in-process backend: one shared load
     options.setdefault("canvas_length", int(model.config.canvas_length))

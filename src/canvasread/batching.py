@@ -28,7 +28,7 @@ ResultT = TypeVar("ResultT")
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchSettings:
     """How jobs are grouped; every number is a knob on `canvasread serve`."""
 
     max_batch: int = 32
@@ -62,12 +62,12 @@ class BatchQueue(Generic[JobT, ResultT]):
     def __init__(
         self,
         run_batch: Callable[[Sequence[JobT]], list[ResultT]],
-        policy: BatchPolicy = BatchPolicy(),
+        settings: BatchSettings = BatchSettings(),
         *,
         name: str = "backend",
     ) -> None:
         self._run_batch = run_batch
-        self.policy = policy
+        self.settings = settings
         self.name = name
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending[JobT, ResultT]] | None = None
@@ -114,9 +114,9 @@ class BatchQueue(Generic[JobT, ResultT]):
         """
         if self._queue is None:
             raise RuntimeError("BatchQueue.start() was not called")
-        if self._pending >= self.policy.max_pending:
+        if self._pending >= self.settings.max_pending:
             raise Overloaded(
-                f"{self.name} has {self._pending} requests in flight (limit {self.policy.max_pending})",
+                f"{self.name} has {self._pending} requests in flight (limit {self.settings.max_pending})",
                 retry_after_s=self._retry_hint_s(),
             )
         self._pending += 1
@@ -134,7 +134,7 @@ class BatchQueue(Generic[JobT, ResultT]):
     def _retry_hint_s(self) -> float:
         """Roughly how long the backlog takes to clear, from the measured time per batch."""
         per_batch = self.stats.busy_s / self.stats.batches if self.stats.batches else 0.05
-        batches_ahead = self._pending / max(1, self.policy.max_batch)
+        batches_ahead = self._pending / max(1, self.settings.max_batch)
         return min(30.0, max(0.05, per_batch * batches_ahead))
 
     async def _next_batch(self, queue: asyncio.Queue[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
@@ -144,14 +144,14 @@ class BatchQueue(Generic[JobT, ResultT]):
         A lone request never waits: nothing else is in flight."""
         batch = [await queue.get()]
         started = time.monotonic()
-        while len(batch) < self.policy.max_batch:
+        while len(batch) < self.settings.max_batch:
             if not queue.empty():
                 batch.append(queue.get_nowait())
                 continue
             waited = time.monotonic() - started
-            remaining = self.policy.max_wait_s - waited
+            remaining = self.settings.max_wait_s - waited
             if self._pending > len(batch):
-                remaining = max(remaining, self.policy.linger_s - waited)
+                remaining = max(remaining, self.settings.linger_s - waited)
             if remaining <= 0:
                 break
             try:

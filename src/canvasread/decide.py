@@ -19,7 +19,7 @@ from typing import Any
 
 from canvasread.answers import build_answer
 from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsHealth
-from canvasread.batching import BatchPolicy, BatchQueue
+from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.errors import (
     CalibrationMismatch,
@@ -39,11 +39,11 @@ DEFAULT_ALIASES = ("jev-latest", "default")
 
 
 @dataclass(frozen=True)
-class DeciderConfig:
-    """Serving policy shared by every model."""
+class DeciderSettings:
+    """What the operator sets for every served model: rounding, batching, the per-request deadline."""
 
     decimals: int | None = None
-    batch: BatchPolicy = BatchPolicy()
+    batch: BatchSettings = BatchSettings()
     timeout_s: float | None = 120.0
 
 
@@ -81,16 +81,16 @@ class Decision:
 class Decider:
     """Serves one or more backends; the first is the default behind the `jev-latest` and `default` aliases."""
 
-    def __init__(self, backends: Sequence[AnyBackend], config: DeciderConfig = DeciderConfig()) -> None:
+    def __init__(self, backends: Sequence[AnyBackend], settings: DeciderSettings = DeciderSettings()) -> None:
         if not backends:
             raise ValueError("a Decider needs at least one backend")
-        self.config = config
+        self.settings = settings
         self._models: dict[str, ServedModel] = {}
         for backend in backends:
             name = backend.card.name
             if name in self._models or name in DEFAULT_ALIASES:
                 raise ValueError(f"two served models are both called {name!r}")
-            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, config.batch, name=name)
+            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name)
             self._models[name] = ServedModel(backend, queue)
         self.default_name = backends[0].card.name
 
@@ -207,9 +207,9 @@ class Decider:
         rotations = plan_rotations(request)
         prepare = functools.partial(asyncio.to_thread, served.backend.prepare, rotations.request)
         try:
-            result = await asyncio.wait_for(served.queue.submit(prepare), self.config.timeout_s)
+            result = await asyncio.wait_for(served.queue.submit(prepare), self.settings.timeout_s)
         except TimeoutError:
-            raise DeadlineExceeded(f"no answer within {self.config.timeout_s:g}s; the request was dropped") from None
+            raise DeadlineExceeded(f"no answer within {self.settings.timeout_s:g}s; the request was dropped") from None
         return self._assemble(served, request, rotations.fold(result), started)
 
     def decide_now(self, model: str, request: DecisionRequest) -> Decision:
@@ -253,9 +253,9 @@ class Decider:
         answers = {}
         for question, read in zip(request.questions, result.distributions, strict=True):
             distribution = calibrate(served.calibration, question, read)
-            details = distribution.details if request.policy.diagnostics else None
+            details = distribution.details if request.options.diagnostics else None
             answers[question.key] = build_answer(
-                question, distribution, decimals=self.config.decimals, diagnostics=details
+                question, distribution, decimals=self.settings.decimals, diagnostics=details
             )
         usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
         reads = tuple(int(r) for d in result.distributions if isinstance(r := d.details.get("reads"), int | float))

@@ -58,7 +58,7 @@ class ImageAsset:
 
 
 @dataclass(frozen=True)
-class ReadPolicy:
+class RequestOptions:
     """Per-request knobs from extension keys; the defaults give the plain Jev behaviour."""
 
     samples: int | Literal["auto"] = "auto"
@@ -73,7 +73,7 @@ class DecisionRequest:
     state: JSONValue
     questions: tuple[Question, ...]
     assets: Mapping[str, ImageAsset] = field(default_factory=dict)
-    policy: ReadPolicy = ReadPolicy()
+    options: RequestOptions = RequestOptions()
 
 
 @dataclass(frozen=True)

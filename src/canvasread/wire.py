@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from canvasread.config import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
     DecisionRequest,
     ImageAsset,
@@ -26,7 +26,7 @@ from canvasread.types import (
     Option,
     OrderMode,
     Question,
-    ReadPolicy,
+    RequestOptions,
 )
 
 MAX_SAMPLES = 16
@@ -181,8 +181,8 @@ def parse_request(
     assets = _decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
-    policy = ReadPolicy(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics)
-    return wire.model, DecisionRequest(wire.state, questions, assets, policy)
+    options = RequestOptions(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics)
+    return wire.model, DecisionRequest(wire.state, questions, assets, options)
 
 
 def _to_question(key: str, question: NoulQuestion | ChoiceQuestion | ScoreQuestion, order: OrderMode) -> Question:

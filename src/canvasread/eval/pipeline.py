@@ -17,6 +17,7 @@ from rich.console import Console
 from canvasread.backends.base import HasFingerprint
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.calibration import Calibration
+from canvasread.catalog import open_decider
 from canvasread.decide import DEFAULT_ALIASES, Decider
 from canvasread.errors import CalibrationMismatch
 from canvasread.eval.calibrate import fit_calibration
@@ -24,7 +25,6 @@ from canvasread.eval.dataset import EvalItem, load_items
 from canvasread.eval.plots import reliability_diagram, require_matplotlib
 from canvasread.eval.report import build_report, write_report
 from canvasread.eval.runner import RunResult, http_asker, local_asker, run_items
-from canvasread.registry import open_decider
 from canvasread.types import OrderMode
 
 

@@ -26,7 +26,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from canvasread import __version__
-from canvasread.config import ServerConfig
 from canvasread.decide import Decider
 from canvasread.errors import (
     BackendFailure,
@@ -44,6 +43,7 @@ from canvasread.server.logs import AccessLog
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import ObserveMiddleware, exchange
 from canvasread.server.responses import REQUEST_ID_HEADER, error_response, error_responses
+from canvasread.settings import ServerSettings
 from canvasread.wire import ModelList, SystemOneRequest, SystemOneResponse, parse_request
 
 logger = logging.getLogger("canvasread.server")
@@ -98,7 +98,7 @@ def _request_id(request: Request) -> str:
     return str(getattr(request.state, "request_id", "-"))
 
 
-def create_app(decider: Decider, config: ServerConfig = ServerConfig()) -> FastAPI:
+def create_app(decider: Decider, config: ServerSettings = ServerSettings()) -> FastAPI:
     """Build the app around a `Decider`; nothing is loaded until the lifespan starts."""
 
     @asynccontextmanager

@@ -19,9 +19,9 @@ import zstandard
 from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
-from canvasread.config import DEFAULT_MAX_JSON_DEPTH
 from canvasread.errors import BadRequest, FieldProblem, InvalidRequest, PayloadTooLarge
 from canvasread.server.limits import check_json_depth
+from canvasread.settings import DEFAULT_MAX_JSON_DEPTH
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from canvasread.config import ServerConfig
 from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
 
 _CHUNK = 1 << 20
@@ -60,7 +60,7 @@ def check_json_depth(data: bytes, max_depth: int) -> None:
         )
 
 
-def check_request(request: DecisionRequest, config: ServerConfig) -> None:
+def check_request(request: DecisionRequest, config: ServerSettings) -> None:
     """Questions per request, options per choice and levels per score, against this server's limits."""
     if len(request.questions) > config.max_questions:
         raise InvalidRequest(

@@ -17,8 +17,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from canvasread.config import LogFormat
 from canvasread.server.observe import RequestRecord
+from canvasread.settings import LogFormat
 from canvasread.types import JSONValue
 
 ACCESS_LOGGER = "canvasread.access"

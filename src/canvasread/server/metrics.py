@@ -208,7 +208,7 @@ class DeciderCollector(Collector):
         for model in served:
             name, queue, stats = model.card.name, model.queue, model.queue.stats
             depth.add_metric([name], queue.pending)
-            limit.add_metric([name], queue.policy.max_pending)
+            limit.add_metric([name], queue.settings.max_pending)
             batches.add_metric([name], stats.batches)
             jobs.add_metric([name], stats.jobs)
             dropped.add_metric([name], stats.dropped)

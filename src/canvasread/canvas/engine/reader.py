@@ -17,8 +17,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from canvasread.engine.runner import FusedRunner, PromptKV, Row, RowOutput
-from canvasread.readers.base import CanvasRead, PromptImage, SlotLogProbs
+from canvasread.canvas.engine.runner import FusedRunner, PromptKV, Row, RowOutput
+from canvasread.canvas.reader import CanvasRead, PromptImage, SlotLogProbs
 
 
 class KVCache:

@@ -13,14 +13,12 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from canvasread.plan import ImageTokens, PlannedCanvas, Planner, ReadPlan, noisy_canvas
-from canvasread.readers.base import CanvasRead, Reader, ReaderWithCounters, Slot
-from canvasread.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
-from canvasread.tokenizer import Tokenizer
+from canvasread.canvas.plan import ImageTokens, PlannedCanvas, Planner, ReadPlan, noisy_canvas
+from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
+from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
+from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.types import (
-    Capabilities,
     DecisionRequest,
     DecisionResult,
     Distribution,
@@ -36,7 +34,7 @@ DEFAULT_MAX_AUTO_READS = 4
 
 
 @dataclass(frozen=True)
-class ReadConfig:
+class ReadSettings:
     reread_entropy: float = DEFAULT_REREAD_ENTROPY
     max_auto_reads: int = DEFAULT_MAX_AUTO_READS
 
@@ -69,10 +67,12 @@ class CanvasJob:
 class CanvasBackend:
     """A `Backend` over any `Reader`; see the module docstring for the flow."""
 
-    def __init__(self, card: ModelCard, load: Callable[[], CanvasRuntime], config: ReadConfig = ReadConfig()) -> None:
+    def __init__(
+        self, card: ModelCard, load: Callable[[], CanvasRuntime], settings: ReadSettings = ReadSettings()
+    ) -> None:
         self._card = card
         self._load = load
-        self.config = config
+        self.settings = settings
         self._runtime: CanvasRuntime | None = None
         self._planner: Planner | None = None
         self._rereads = 0
@@ -104,7 +104,7 @@ class CanvasBackend:
     def prepare(self, request: DecisionRequest) -> CanvasJob:
         """Plan on the request's own thread, so a question that cannot be labelled never reaches a batch."""
         assert self._planner is not None, "prepare() before load()"
-        seed = request.policy.seed if request.policy.seed is not None else secrets.randbits(63)
+        seed = request.options.seed if request.options.seed is not None else secrets.randbits(63)
         return CanvasJob(request, self._planner.plan(request), seed)
 
     def decide(self, jobs: Sequence[CanvasJob]) -> list[DecisionResult]:
@@ -117,14 +117,16 @@ class CanvasBackend:
             for c in range(len(job.plan.canvases))
         ]
         self._read(jobs, first_reads, readings, only=None)
-        for read_number in range(1, self.config.max_auto_reads):
+        for read_number in range(1, self.settings.max_auto_reads):
             uncertain = {
                 (j, q)
                 for j, job in enumerate(jobs)
-                if job.request.policy.samples == "auto"
+                if job.request.options.samples == "auto"
                 for q in range(len(job.plan.questions))
                 if needs_another_read(
-                    readings[j][q], entropy_threshold=self.config.reread_entropy, max_reads=self.config.max_auto_reads
+                    readings[j][q],
+                    entropy_threshold=self.settings.reread_entropy,
+                    max_reads=self.settings.max_auto_reads,
                 )
             }
             if not uncertain:
@@ -138,7 +140,7 @@ class CanvasBackend:
 
     @staticmethod
     def _initial_reads(job: CanvasJob) -> int:
-        samples = job.request.policy.samples
+        samples = job.request.options.samples
         return 1 if samples == "auto" else samples
 
     def _read(
@@ -186,80 +188,3 @@ class CanvasBackend:
             distributions.append(Distribution(combined.probabilities, details))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
         return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How an in-process checkpoint is run (the `serve` flags for DiffusionGemma)."""
-
-    device: str | None = None
-    dtype: str | None = None
-    experts: str | None = None
-    random_init_std: float | None = None
-    naive: bool = False
-    cuda_graphs: bool = True
-    cache_bytes: int = 2 << 30
-    max_rows: int = 256
-
-
-def canvas_backend_for_checkpoint(
-    spec: str, settings: EngineSettings = EngineSettings(), config: ReadConfig = ReadConfig()
-) -> CanvasBackend:
-    """An in-process DiffusionGemma backend; nothing heavy happens until `load()`.
-
-    With `settings.naive` it reads through plain transformers forwards instead
-    of the fused engine (the benchmark baseline), under the name `<model>-naive`.
-    """
-    name = spec.rstrip("/").rsplit("/", 1)[-1] + ("-naive" if settings.naive else "")
-    how = "plain transformers forwards (naive baseline)" if settings.naive else "the fused in-process engine"
-    card = ModelCard(
-        name=name,
-        description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
-        "request, label slots read as distributions.",
-        release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=not settings.naive and _may_see_images(spec), max_options=255, max_levels=10),
-    )
-
-    def load() -> CanvasRuntime:
-        from canvasread.engine.loader import load_checkpoint
-        from canvasread.engine.naive import NaiveReader
-        from canvasread.engine.reader import InProcessReader
-        from canvasread.engine.runner import FusedRunner
-        from canvasread.tokenizer import HFTokenizer
-
-        loaded = load_checkpoint(
-            spec,
-            device=settings.device,
-            dtype=settings.dtype,
-            experts=settings.experts,
-            random_init_std=settings.random_init_std,
-        )
-        text_config = loaded.model.config.text_config
-        runner = FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs, image_processor=loaded.image_processor)
-        reader: Reader = (
-            NaiveReader(loaded.model)
-            if settings.naive
-            else InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
-        )
-        config = loaded.model.config
-        images = None
-        if loaded.image_processor is not None and not settings.naive:
-            images = ImageTokens(
-                int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id), runner.image_token_count
-            )
-        return CanvasRuntime(
-            reader=reader,
-            tokenizer=HFTokenizer(loaded.tokenizer),
-            canvas_length=int(loaded.model.config.canvas_length),
-            max_positions=int(text_config.max_position_embeddings),
-            fingerprint=loaded.fingerprint,
-            images=images,
-        )
-
-    return CanvasBackend(card, load, config)
-
-
-def _may_see_images(spec: str) -> bool:
-    """A local checkpoint sees images when it ships an image processor config; a hub id is assumed to."""
-    folder = Path(spec)
-    return not folder.is_dir() or (folder / "preprocessor_config.json").exists()

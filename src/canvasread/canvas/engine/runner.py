@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from canvasread.engine.graphs import GraphCache
+from canvasread.canvas.engine.graphs import GraphCache
 from canvasread.types import ImageAsset
 
 

@@ -84,7 +84,7 @@ def _load(
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(name_or_path, dtype=torch_dtype)
         model = model.to(target)
     else:
-        from canvasread.engine.checkpoints import initialise_weights
+        from canvasread.tools.checkpoints import initialise_weights
 
         config = DiffusionGemmaConfig.from_pretrained(name_or_path)
         previous = torch.get_default_dtype()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from canvasread.loadgen import LoadPlan, LoadReport, drive
+from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
 
 QUESTIONS: dict[str, Any] = {
     "refund": {"type": "noul", "instructions": "Is the customer asking for their money back?"},

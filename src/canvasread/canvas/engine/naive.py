@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from canvasread.readers.base import CanvasRead, SlotLogProbs
+from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 
 
 class NaiveReader:

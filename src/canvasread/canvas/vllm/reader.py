@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
+from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.errors import UpstreamFailure
-from canvasread.readers.base import CanvasRead, Slot, SlotLogProbs
-from canvasread.upstream import UpstreamPool
 
 COMPLETIONS_PATH = "/v1/completions"
 # vLLM's `MAX_LOGPROB_TOKEN_IDS`: a read whose slots need more label ids is split over several requests.

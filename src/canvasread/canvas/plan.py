@@ -20,8 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.labels import (
+from canvasread.canvas.labels import (
     LabelError,
     SlotSpec,
     VerifiedSlot,
@@ -29,8 +28,9 @@ from canvasread.labels import (
     initial_labels,
     verify_canvas,
 )
-from canvasread.readers.base import PromptImage
-from canvasread.tokenizer import Tokenizer
+from canvasread.canvas.reader import PromptImage
+from canvasread.canvas.tokenizer import Tokenizer
+from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.types import DecisionRequest, ImageAsset, JSONValue, Question
 
 CANVAS_HEAD = "<|channel>thought\n<channel|>"

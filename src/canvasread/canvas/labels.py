@@ -16,7 +16,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from canvasread.tokenizer import Tokenizer
+from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.types import QuestionKind
 
 NOUL_LABELS = {"true": "yes", "false": "no"}

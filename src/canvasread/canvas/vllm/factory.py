@@ -14,71 +14,23 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from canvasread.backends.canvas import CanvasBackend, CanvasRuntime, ReadConfig
-from canvasread.readers.vllm import VllmReader
+from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
+from canvasread.canvas.vllm.pool import UpstreamPool
+from canvasread.canvas.vllm.reader import VllmReader
+from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.types import Capabilities, ModelCard
-from canvasread.upstream import DEFAULT_PROBE_INTERVAL_S, UpstreamPool
 
 logger = logging.getLogger(__name__)
-
-# The canvas the documented vLLM recipe serves (`--diffusion-config '{"canvas_length": 64}'`): room for ~12
-# answer lines per canvas, and a small self-conditioning buffer per sequence on the GPU.
-DEFAULT_CANVAS_LENGTH = 64
-# Per upstream call; a read takes milliseconds, so this only bounds a stuck upstream before failing over.
-DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
-# Requests in flight at once from one batch: enough to fill vLLM's running batch (`--max-num-seqs`) twice over.
-DEFAULT_UPSTREAM_CONCURRENCY = 64
-
-
-@dataclass(frozen=True)
-class UpstreamSettings:
-    """How canvasread reaches vLLM (the `serve --upstream…` flags), checked when built."""
-
-    urls: tuple[str, ...]
-    tokenizer: str
-    model: str = "dgemma"
-    canvas_length: int = DEFAULT_CANVAS_LENGTH
-    max_model_len: int | None = None
-    timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S
-    concurrency: int = DEFAULT_UPSTREAM_CONCURRENCY
-    probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
-    startup_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if not self.urls:
-            raise ValueError("give at least one --upstream URL")
-        for url in self.urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"--upstream {url!r} is not an http(s) URL such as http://vllm:8000")
-        if len(set(self.urls)) != len(self.urls):
-            raise ValueError("an --upstream URL is given twice")
-        if not self.tokenizer:
-            raise ValueError("--upstream needs --tokenizer: the model's tokenizer folder or hub id")
-        if not self.model:
-            raise ValueError("--upstream-model must name the model vLLM serves")
-        if self.canvas_length < 16:
-            raise ValueError("--upstream-canvas-length must be at least 16 (vLLM's --diffusion-config canvas_length)")
-        if self.max_model_len is not None and self.max_model_len <= self.canvas_length:
-            raise ValueError("--upstream-max-model-len must exceed the canvas length")
-        if self.timeout_s <= 0:
-            raise ValueError("--upstream-timeout must be positive")
-        if self.probe_interval_s <= 0:
-            raise ValueError("the upstream probe interval must be positive")
-        if self.concurrency < 1:
-            raise ValueError("--upstream-concurrency must be at least 1")
 
 
 class UpstreamCanvasBackend(CanvasBackend):
     """A `CanvasBackend` whose reads go to vLLM; healthy while some upstream answers."""
 
     def __init__(
-        self, card: ModelCard, load: Callable[[], CanvasRuntime], pool: UpstreamPool, config: ReadConfig
+        self, card: ModelCard, load: Callable[[], CanvasRuntime], pool: UpstreamPool, settings: ReadSettings
     ) -> None:
-        super().__init__(card, load, config)
+        super().__init__(card, load, settings)
         self.pool = pool
 
     def health_problem(self) -> str | None:
@@ -93,7 +45,9 @@ class UpstreamCanvasBackend(CanvasBackend):
             self.pool.close()
 
 
-def canvas_backend_for_upstream(settings: UpstreamSettings, config: ReadConfig | None = None) -> UpstreamCanvasBackend:
+def canvas_backend_for_upstream(
+    settings: UpstreamSettings, reading: ReadSettings = ReadSettings()
+) -> UpstreamCanvasBackend:
     """The backend `serve --upstream` runs; nothing is loaded or contacted until `load()`.
 
     `load()` loads the tokenizer, starts probing, and waits until an upstream
@@ -117,7 +71,7 @@ def canvas_backend_for_upstream(settings: UpstreamSettings, config: ReadConfig |
     )
 
     def load() -> CanvasRuntime:
-        from canvasread.tokenizer import HFTokenizer
+        from canvasread.canvas.tokenizer import HFTokenizer
 
         tokenizer = HFTokenizer.load(settings.tokenizer)
         tokenizer.chat_prompt("", "")  # a template that cannot render (no jinja2) fails the load, not each request
@@ -138,4 +92,4 @@ def canvas_backend_for_upstream(settings: UpstreamSettings, config: ReadConfig |
             fingerprint="sha256:" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest(),
         )
 
-    return UpstreamCanvasBackend(card, load, pool, config or ReadConfig())
+    return UpstreamCanvasBackend(card, load, pool, reading)

@@ -15,9 +15,19 @@ from rich.table import Table
 
 from canvasread import __version__
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
-from canvasread.batching import BatchPolicy
+from canvasread.batching import BatchSettings
 from canvasread.calibration import Calibration
-from canvasread.config import (
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.vllm.settings import (
+    DEFAULT_CANVAS_LENGTH,
+    DEFAULT_UPSTREAM_CONCURRENCY,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    UpstreamSettings,
+)
+from canvasread.catalog import open_decider
+from canvasread.decide import DeciderSettings
+from canvasread.errors import CanvasreadError
+from canvasread.settings import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_JSON_DEPTH,
@@ -28,18 +38,9 @@ from canvasread.config import (
     MAX_OPTIONS,
     ImageLimits,
     LogFormat,
-    ServerConfig,
+    ServerSettings,
 )
-from canvasread.decide import DeciderConfig
-from canvasread.errors import CanvasreadError
-from canvasread.registry import EngineOptions, open_decider
 from canvasread.types import OrderMode
-from canvasread.upstream_backend import (
-    DEFAULT_CANVAS_LENGTH,
-    DEFAULT_UPSTREAM_CONCURRENCY,
-    DEFAULT_UPSTREAM_TIMEOUT_S,
-    UpstreamSettings,
-)
 
 app = typer.Typer(
     help="canvasread: a self-hosted System One decision server.",
@@ -110,7 +111,7 @@ def serve(
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests.")] = 0.0,
     linger_ms: Annotated[
         float, typer.Option(help="How long a batch waits for requests already accepted and still being prepared.")
-    ] = BatchPolicy.linger_s * 1000.0,
+    ] = BatchSettings.linger_s * 1000.0,
     max_pending: Annotated[int, typer.Option(help="Requests in flight per model before answering 529.")] = 1024,
     timeout: Annotated[float, typer.Option(help="Per-request deadline in seconds (504 past it).")] = 120.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
@@ -159,10 +160,10 @@ def serve(
     from canvasread.server.auth import collect_api_keys
     from canvasread.server.logs import logging_config
 
-    decider_config = DeciderConfig(
+    decider_config = DeciderSettings(
         decimals=round_to,
         timeout_s=timeout,
-        batch=BatchPolicy(max_batch, max_wait_ms / 1000.0, max_pending, linger_ms / 1000.0),
+        batch=BatchSettings(max_batch, max_wait_ms / 1000.0, max_pending, linger_ms / 1000.0),
     )
     try:
         upstream_settings = (
@@ -184,7 +185,7 @@ def serve(
     decider = open_decider(
         tuple(model or (() if upstream else (DEFAULT_SPARROW_MODEL,))),
         decider_config,
-        EngineOptions(
+        EngineSettings(
             device=device,
             dtype=dtype,
             experts=experts,
@@ -202,7 +203,7 @@ def serve(
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(1) from None
     try:
-        server_config = ServerConfig(
+        server_config = ServerSettings(
             host=host,
             port=port,
             log_format=log_format,
@@ -491,7 +492,7 @@ def bench(
     """Sweep concurrency levels against a running server; print and save decisions/s and latency percentiles."""
     from rich.progress import Progress
 
-    from canvasread.bench import Level, run_sweep, summarise, write_outputs
+    from canvasread.tools.bench import Level, run_sweep, summarise, write_outputs
 
     def levels_of(text: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from canvasread.engine.runner import FusedRunner, PassInputs, PromptKV, Row
+    from canvasread.canvas.engine.runner import FusedRunner, PassInputs, PromptKV, Row
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class GraphCache:
 
     def run(self, runner: FusedRunner, rows: Sequence[Row]) -> Outputs | None:
         """Replay (capturing first if needed) a graph for these rows, or None when they do not fit one."""
-        from canvasread.engine.runner import PassShape
+        from canvasread.canvas.engine.runner import PassShape
 
         shared = rows[0].past
         if len(rows) > self.max_batch or any(row.past is not shared or row.images for row in rows):

@@ -42,7 +42,7 @@ class ImageLimits:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerSettings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

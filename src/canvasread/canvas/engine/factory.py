@@ -1,0 +1,96 @@
+"""Builds the canvas backend for an in-process checkpoint; nothing heavy is imported until `load()`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from canvasread.backends.base import AnyBackend
+from canvasread.backends.replicas import ReplicaSet
+from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.plan import ImageTokens
+from canvasread.canvas.reader import Reader
+from canvasread.types import Capabilities, ModelCard
+
+
+def canvas_backend_for_checkpoint(
+    spec: str,
+    settings: EngineSettings = EngineSettings(),
+    reading: ReadSettings = ReadSettings(),
+    *,
+    naive: bool = False,
+) -> CanvasBackend:
+    """An in-process DiffusionGemma backend; nothing heavy happens until `load()`.
+
+    With `naive` it reads through plain transformers forwards instead
+    of the fused engine (the benchmark baseline), under the name `<model>-naive`.
+    """
+    name = spec.rstrip("/").rsplit("/", 1)[-1] + ("-naive" if naive else "")
+    how = "plain transformers forwards (naive baseline)" if naive else "the fused in-process engine"
+    card = ModelCard(
+        name=name,
+        description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
+        "request, label slots read as distributions.",
+        release_date=time.strftime("%Y-%m-%d"),
+        capabilities=Capabilities(images=not naive and _may_see_images(spec), max_options=255, max_levels=10),
+    )
+
+    def load() -> CanvasRuntime:
+        from canvasread.canvas.engine.loader import load_checkpoint
+        from canvasread.canvas.engine.naive import NaiveReader
+        from canvasread.canvas.engine.reader import InProcessReader
+        from canvasread.canvas.engine.runner import FusedRunner
+        from canvasread.canvas.tokenizer import HFTokenizer
+
+        loaded = load_checkpoint(
+            spec,
+            device=settings.device,
+            dtype=settings.dtype,
+            experts=settings.experts,
+            random_init_std=settings.random_init_std,
+        )
+        config = loaded.model.config
+        reader: Reader
+        images = None
+        if naive:
+            reader = NaiveReader(loaded.model)
+        else:
+            runner = FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs, image_processor=loaded.image_processor)
+            reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
+            if loaded.image_processor is not None:
+                ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
+                images = ImageTokens(*ids, runner.image_token_count)
+        return CanvasRuntime(
+            reader=reader,
+            tokenizer=HFTokenizer(loaded.tokenizer),
+            canvas_length=int(config.canvas_length),
+            max_positions=int(config.text_config.max_position_embeddings),
+            fingerprint=loaded.fingerprint,
+            images=images,
+        )
+
+    return CanvasBackend(card, load, reading)
+
+
+def checkpoint_backends(spec: str, settings: EngineSettings = EngineSettings()) -> list[AnyBackend]:
+    """The backends that serve one checkpoint: one replica per GPU, plus `<model>-naive` when asked for."""
+    backends: list[AnyBackend]
+    if settings.gpus > 1:
+        replicas = [
+            canvas_backend_for_checkpoint(spec, replace(settings, device=f"cuda:{index}"))
+            for index in range(settings.gpus)
+        ]
+        backends = [ReplicaSet(replicas)]
+    else:
+        backends = [canvas_backend_for_checkpoint(spec, settings)]
+    if settings.naive_baseline:
+        backends.append(canvas_backend_for_checkpoint(spec, settings, naive=True))
+    return backends
+
+
+def _may_see_images(spec: str) -> bool:
+    """A local checkpoint sees images when it ships an image processor config; a hub id is assumed to."""
+    folder = Path(spec)
+    return not folder.is_dir() or (folder / "preprocessor_config.json").exists()

@@ -1,0 +1,1 @@
+"""The vLLM wing: the canvas method read through vLLM servers (pool, reader, backend factory)."""

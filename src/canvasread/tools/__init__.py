@@ -1,0 +1,1 @@
+"""Tools that drive canvasread from outside: benchmark sweeps, load generation, test checkpoints."""

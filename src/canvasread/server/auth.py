@@ -16,9 +16,7 @@ import hmac
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from canvasread.errors import Unauthorized
@@ -85,23 +83,3 @@ class ApiKeyMiddleware:
         response = error_response(Unauthorized(message), request_id)
         response.headers["WWW-Authenticate"] = "Bearer"
         await response(scope, receive, send)
-
-
-def document_bearer_auth(app: FastAPI) -> None:
-    """Declare the key in the app's OpenAPI document, so generated clients and schema fuzzers send it."""
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        schema = generate()
-        schema.setdefault("components", {}).setdefault("securitySchemes", {})["apiKey"] = {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "One of the server's API keys (--api-key, CANVASREAD_API_KEYS or --api-keys-file).",
-        }
-        schema["security"] = [{"apiKey": []}]
-        for path in PUBLIC_PATHS & set(schema.get("paths", {})):
-            for operation in schema["paths"][path].values():
-                operation["security"] = []
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,49 @@
+"""How exceptions raised inside a route become responses in the API's error shapes."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, Response
+
+from canvasread.errors import CanvasreadError, ClientDisconnected, FieldProblem, InvalidRequest
+from canvasread.server.responses import error_response
+
+logger = logging.getLogger("canvasread.server")
+
+
+def request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "-"))
+
+
+async def on_canvasread_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, CanvasreadError)
+    if error.status_code in (500, 502, 504):  # failures; 503 and 529 are load states, counted by /metrics
+        logger.error("request %s failed with %d: %s", request_id(request), error.status_code, error.message)
+    return error_response(error, request_id(request))
+
+
+async def on_client_gone(request: Request, error: Exception) -> Response:
+    return error_response(ClientDisconnected("the client closed the connection mid-body"), request_id(request))
+
+
+async def on_validation_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestValidationError)
+    problems = [FieldProblem(tuple(e["loc"]), e["msg"], e["type"]) for e in error.errors()]
+    return error_response(InvalidRequest(problems), request_id(request))
+
+
+async def on_http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, StarletteHTTPException)
+    return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
+
+
+def add_exception_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(CanvasreadError, on_canvasread_error)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)

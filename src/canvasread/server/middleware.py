@@ -1,0 +1,87 @@
+"""The middleware stack, outermost first: observe (metrics, access log), request id, CORS, API keys.
+
+`ObserveMiddleware` is outermost so it sees the final status of every
+request, 401s and crashes included; `RequestIdMiddleware` wraps everything
+that can answer, so every response carries the id the SDK requires; CORS sits
+outside the key check because browsers send preflights without credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from canvasread.errors import BackendFailure, NotReady
+from canvasread.server.auth import ApiKeyMiddleware
+from canvasread.server.logs import AccessLog
+from canvasread.server.metrics import ServerMetrics
+from canvasread.server.observe import ObserveMiddleware
+from canvasread.server.responses import REQUEST_ID_HEADER, error_response
+from canvasread.settings import ServerSettings
+
+logger = logging.getLogger("canvasread.server")
+
+
+def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics) -> None:
+    """Install the stack; Starlette runs the last one added outermost."""
+    app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
+    if config.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "content-encoding"],
+            expose_headers=[REQUEST_ID_HEADER, "retry-after-ms", "retry-after"],
+            max_age=600,
+        )
+    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(ObserveMiddleware, sinks=(metrics.record, AccessLog(payloads=config.log_payloads)))
+
+
+class RequestIdMiddleware:
+    """Gives every response, errors and crashes included, an `x-typesafe-request-id` (the SDK requires it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
+                message = {
+                    **message,
+                    "headers": [*headers, (REQUEST_ID_HEADER.encode(), request_id.encode())],
+                }
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            # Only uvicorn cancels a request: its shutdown deadline passed. Answer a retryable 503 in the API's
+            # shape rather than uvicorn's bare 500 (which lacks the request id the SDK requires).
+            if started:
+                raise
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            response = error_response(NotReady("the server is shutting down; retry"), request_id)
+            await response(scope, receive, send_with_id)
+        except Exception:
+            logger.exception("unhandled error in request %s", request_id)
+            if started:
+                raise
+            response = error_response(BackendFailure("internal error; see the server log"), request_id)
+            await response(scope, receive, send_with_id)

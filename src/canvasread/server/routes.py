@@ -1,0 +1,62 @@
+"""The routes: thin glue from a path and method to a `Handlers` method, with what OpenAPI publishes about it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import FileResponse, Response
+from starlette.staticfiles import StaticFiles
+
+from canvasread.server.handlers import Handlers
+from canvasread.server.responses import error_responses
+from canvasread.wire import ModelList, SystemOneResponse
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+# The route reads its body itself (zstd, multipart): `openapi.py` publishes the schema it validates under this name.
+_SYSTEM_ONE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}},
+    }
+}
+
+
+def add_routes(app: FastAPI, handlers: Handlers) -> None:
+    """Every route of the API, the probes, `/metrics` and the playground."""
+
+    @app.post(
+        "/v1/systemone",
+        response_model=SystemOneResponse,
+        responses=error_responses(400, 401, 404, 413, 422, 500, 503, 504, 529),
+        openapi_extra=_SYSTEM_ONE_BODY,
+    )
+    async def system_one(request: Request) -> Response:
+        return await handlers.system_one(request)
+
+    @app.get("/v1/models", response_model=ModelList, responses=error_responses(401))
+    async def list_models() -> dict[str, Any]:
+        return handlers.models()
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        """The process is up (it says nothing of the models: see /ready)."""
+        return {"status": "ok"}
+
+    @app.get("/ready", responses={503: {"description": "Models are loading or failed to load"}})
+    async def ready() -> Response:
+        return handlers.ready()
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        """Prometheus text format; async so the scrape reads the batch queues on their own event loop."""
+        return handlers.exposition()
+
+    @app.get("/", include_in_schema=False)
+    async def playground() -> FileResponse:
+        """The playground page; it calls /v1/systemone like any client."""
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -41,7 +41,7 @@ def test_ties_count_for_the_earliest_option_as_the_api_answers() -> None:
 
 def test_total_variation_and_percentiles() -> None:
     assert metrics.total_variation((0.5, 0.5), (0.8, 0.2)) == pytest.approx(0.3)
-    assert metrics.percentile_ms([0.001, 0.002, 0.003], 50) == pytest.approx(2.0)
+    assert metrics.quantile([0.001, 0.002, 0.003], 0.5) * 1000 == pytest.approx(2.0)
 
 
 def _outcome(number: int, first: tuple[float, ...], *again: tuple[float, ...], abstain: bool = False) -> Outcome:

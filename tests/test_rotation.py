@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.rotation import MAX_ROTATIONS
-from canvasread.types import DecisionRequest, DecisionResult, Distribution
+from canvasread.types import DecisionRequest, DecisionResult
 
 INTENTS = {
     "billing": "charges, refunds, invoices",
@@ -161,7 +162,7 @@ def test_rotated_read_details_are_kept_and_read_counts_summed() -> None:
     class Detailed(FunctionBackend):
         def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
             return [
-                DecisionResult(tuple(Distribution(d.probabilities, {"reads": 2}) for d in r.distributions), r.usage)
+                DecisionResult(tuple(replace(d, details={"reads": 2}, reads=2) for d in r.distributions), r.usage)
                 for r in super().decide(jobs)
             ]
 

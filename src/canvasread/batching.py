@@ -45,7 +45,6 @@ class BatchStats:
     batches: int = 0
     jobs: int = 0
     dropped: int = 0
-    last_batch_size: int = 0
     busy_s: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -207,7 +206,6 @@ class BatchQueue(Generic[JobT, ResultT]):
     def _record(self, size: int, seconds: float) -> None:
         self.stats.batches += 1
         self.stats.jobs += size
-        self.stats.last_batch_size = size
         self.stats.busy_s += seconds
         self.stats.batch_sizes.append(size)
         del self.stats.batch_sizes[:-1024]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +149,9 @@ def calibrate(calibration: Calibration | None, question: Question, distribution:
     """Apply the question's bucket temperature, and say in the details whether it was applied and which."""
     temperature = None if calibration is None else calibration.temperature_for(question.kind, len(question.options))
     if temperature is None:
-        return Distribution(distribution.probabilities, {**distribution.details, "calibrated": False})
-    return Distribution(
-        temper(distribution.probabilities, temperature),
-        {**distribution.details, "calibrated": True, "temperature": temperature},
+        return replace(distribution, details={**distribution.details, "calibrated": False})
+    return replace(
+        distribution,
+        probabilities=temper(distribution.probabilities, temperature),
+        details={**distribution.details, "calibrated": True, "temperature": temperature},
     )

@@ -78,6 +78,29 @@ class Decision:
         return {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
 
 
+def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
+    """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
+
+    The one place that check lives, so both say it the same way (`where` names whose limit it is).
+    """
+    problems = []
+    for question in request.questions:
+        if question.kind == "noul":
+            continue
+        limit, what = (max_options, "options") if question.kind == "choice" else (max_levels, "levels")
+        if len(question.options) > limit:
+            problems.append(
+                FieldProblem(
+                    ("body", "questions", question.key, question.kind, "criteria"),
+                    f"at most {limit} {what} per question{where}",
+                    "too_long",
+                    ctx={"max_length": limit},
+                )
+            )
+    if problems:
+        raise InvalidRequest(problems)
+
+
 class Decider:
     """Serves one or more backends; the first is the default behind the `jev-latest` and `default` aliases."""
 
@@ -226,26 +249,12 @@ class Decider:
     @staticmethod
     def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
         capabilities = card.capabilities
-        problems = []
         if request.assets and not capabilities.images:
-            problems.append(
-                FieldProblem(
-                    ("body", "assets"),
-                    f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
-                )
+            raise InvalidRequest.at(
+                ("body", "assets"),
+                f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
             )
-        for question in request.questions:
-            limit = capabilities.max_options if question.kind == "choice" else capabilities.max_levels
-            if question.kind != "noul" and len(question.options) > limit:
-                problems.append(
-                    FieldProblem(
-                        ("body", "questions", question.key, question.kind, "criteria"),
-                        f"model {card.name} takes at most {limit} options here",
-                        ctx={"max_length": limit},
-                    )
-                )
-        if problems:
-            raise InvalidRequest(problems)
+        check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")
 
     def _assemble(
         self, served: ServedModel, request: DecisionRequest, result: DecisionResult, started: float
@@ -258,7 +267,7 @@ class Decider:
                 question, distribution, decimals=self.settings.decimals, diagnostics=details
             )
         usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
-        reads = tuple(int(r) for d in result.distributions if isinstance(r := d.details.get("reads"), int | float))
+        reads = tuple(d.reads for d in result.distributions if d.reads is not None)
         return Decision(served.card.name, answers, usage, time.monotonic() - started, reads)
 
     def ask(

@@ -78,12 +78,13 @@ def _average(starts: tuple[int, ...], reads: list[Distribution]) -> Distribution
         for option in range(count)
     )
     details: dict[str, JSONValue] = {"rotations": len(reads)}
-    counted = [done for read in reads if isinstance(done := read.details.get("reads"), int)]
-    if len(counted) == len(reads):  # model reads behind this answer, for /metrics
-        details["reads"] = sum(counted)
+    counted = [read.reads for read in reads if read.reads is not None]
+    total = sum(counted) if len(counted) == len(reads) else None
+    if total is not None:
+        details["reads"] = total
     if any(read.details for read in reads):
         details["per_rotation"] = [dict(read.details) for read in reads]
-    return Distribution(probabilities, details)
+    return Distribution(probabilities, details, reads=total)
 
 
 def plan_rotations(request: DecisionRequest) -> RotationPlan:

@@ -81,20 +81,20 @@ class Distribution:
     """A probability distribution over one question's options, in option order.
 
     `details` carries backend-specific diagnostics (label mass, entropy,
-    reads...) that are shown only when the caller asks for diagnostics.
+    reads...) that are shown only when the caller asks for diagnostics; nothing
+    reads them back. `reads` is how many model reads are behind the answer, for
+    backends that count them (None: not counted), and feeds `/metrics`.
     """
 
     probabilities: tuple[float, ...]
     details: Mapping[str, JSONValue] = field(default_factory=dict)
+    reads: int | None = None
 
 
 @dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,6 @@ class Capabilities:
     images: bool = False
     max_options: int = 255
     max_levels: int = 10
-    context_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,7 @@ class ContextBackend(FunctionBackend):
 
 
 def test_a_state_past_the_context_is_422_and_frees_its_place_in_line() -> None:
-    backend = ContextBackend(lambda r: [[0.5, 0.5] for _ in r.questions], capabilities=Capabilities(context_tokens=5))
+    backend = ContextBackend(lambda r: [[0.5, 0.5] for _ in r.questions])
     decider = Decider([backend])
     with serve_app(create_app(decider)) as base:
         entry = problem_at(post(base, body("one two three four five six")), ["body", "state"])

@@ -46,7 +46,7 @@ class CountingBackend(FunctionBackend):
                 reads = 3 if question.key == "hard" else 1
                 self.totals["reads"] += reads
                 self.totals["rereads"] += reads - 1
-                distributions.append(Distribution(distribution.probabilities, {"reads": reads}))
+                distributions.append(Distribution(distribution.probabilities, {"reads": reads}, reads=reads))
             self.totals["encoder-runs"] += 1
             results.append(DecisionResult(tuple(distributions), result.usage))
         return results

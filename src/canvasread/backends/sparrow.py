@@ -67,7 +67,7 @@ class SparrowBackend:
                 "serve a DiffusionGemma checkpoint with --model for real work."
             ),
             release_date=SPARROW_RELEASE_DATE,
-            capabilities=Capabilities(images=False, max_options=255, max_levels=10, context_tokens=None),
+            capabilities=Capabilities(images=False, max_options=255, max_levels=10),
         )
 
     @property

@@ -185,6 +185,6 @@ class CanvasBackend:
             if combined.reads > 1:
                 details["stderr"] = dict(zip(planned.question.option_names, combined.standard_errors, strict=True))
                 details["agreement"] = combined.agreement
-            distributions.append(Distribution(combined.probabilities, details))
+            distributions.append(Distribution(combined.probabilities, details, reads=combined.reads))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
         return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))

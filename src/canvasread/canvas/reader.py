@@ -9,7 +9,7 @@ Contract for `read(reads)`:
 - the result has, for each slot in order, the full-vocabulary log-probability
   of each of that slot's `label_ids` (so `exp` of them sums to the label mass,
   at most 1);
-- reads that share `prompt_key` may share one encoding of the prompt; the
+- reads with the same `prompt_ids` and image digests may share one encoding of the prompt; the
   first `prefix_length` tokens are the part shared across requests that ask the
   same questions, worth caching (it never holds an image);
 - `images` place each image's soft tokens in the prompt (a reader that cannot
@@ -50,11 +50,6 @@ class CanvasRead:
     canvas_ids: tuple[int, ...]
     slots: tuple[Slot, ...]
     images: tuple[PromptImage, ...] = ()
-
-    @property
-    def prompt_key(self) -> tuple[object, ...]:
-        """What identifies the encoded prompt: its ids and, since image tokens all share one id, the images."""
-        return (self.prompt_ids, tuple(image.digest for image in self.images))
 
 
 @dataclass(frozen=True)

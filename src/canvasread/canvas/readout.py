@@ -23,10 +23,6 @@ class SlotReading:
     probabilities: tuple[float, ...]
     label_mass: float
 
-    @property
-    def entropy(self) -> float:
-        return normalised_entropy(self.probabilities)
-
 
 def slot_reading(label_logprobs: Sequence[float]) -> SlotReading:
     """Renormalise label log-probabilities, stably (shift by the max before exponentiating)."""

@@ -100,5 +100,15 @@ def flipped(first: Probabilities, second: Probabilities) -> bool:
     return top_index(first) != top_index(second)
 
 
-def percentile_ms(seconds: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(seconds) * 1000.0, q))
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0 ≤ q ≤ 1), interpolated linearly between closest ranks (numpy's default, "inclusive").
+
+    The one quantile of the package: eval reports, the bench and the load generator all use it.
+    """
+    if not values:
+        raise ValueError("the quantile of no values is undefined")
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -74,8 +74,8 @@ def build_report(result: RunResult, run: Mapping[str, Any], order_check: bool) -
     latencies = [o.latency_s for o in outcomes]
     report: dict[str, Any] = {
         **scores(outcomes),
-        "latency_p50_ms": metrics.percentile_ms(latencies, 50),
-        "latency_p95_ms": metrics.percentile_ms(latencies, 95),
+        "latency_p50_ms": metrics.quantile(latencies, 0.50) * 1000.0,
+        "latency_p95_ms": metrics.quantile(latencies, 0.95) * 1000.0,
         **abstentions(outcomes),
         "errors": len(result.failures),
     }

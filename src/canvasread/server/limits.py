@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from canvasread.decide import check_option_counts
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
@@ -73,19 +74,4 @@ def check_request(request: DecisionRequest, config: ServerSettings) -> None:
                 )
             ]
         )
-    problems = []
-    for question in request.questions:
-        if question.kind == "noul":
-            continue
-        limit = config.max_options if question.kind == "choice" else config.max_levels
-        if len(question.options) > limit:
-            problems.append(
-                FieldProblem(
-                    ("body", "questions", question.key, question.kind, "criteria"),
-                    f"at most {limit} {'options' if question.kind == 'choice' else 'levels'} per question here",
-                    "too_long",
-                    ctx={"max_length": limit},
-                )
-            )
-    if problems:
-        raise InvalidRequest(problems)
+    check_option_counts(request, config.max_options, config.max_levels)

@@ -13,12 +13,12 @@ import asyncio
 import datetime as dt
 import json
 import platform
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canvasread.eval.metrics import quantile
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
 
 QUESTIONS: dict[str, Any] = {
@@ -103,12 +103,8 @@ class Level:
         )
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    return statistics.quantiles(sorted_values, n=1000, method="inclusive")[round(q * 1000) - 1]
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    return quantile(values, q) if values else None
 
 
 def run_sweep(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from canvasread.eval.metrics import quantile
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # What a server under overload may answer: an answer or a clean "retry later".
@@ -101,8 +102,8 @@ class LoadReport:
         samples = self.latencies_s.get(status, [])
         if len(samples) < 2:
             return {}
-        cuts = statistics.quantiles(samples, n=100, method="inclusive")
-        return {"p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": max(samples)}
+        cuts = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+        return {name: quantile(samples, q) for name, q in cuts.items()} | {"max": max(samples)}
 
     def problems(self, allowed: frozenset[int] = SHEDDING_STATUSES) -> list[str]:
         found = []

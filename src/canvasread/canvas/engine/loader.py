@@ -27,8 +27,6 @@ DTYPES = {
 class LoadedModel:
     model: Any
     tokenizer: Any
-    device: torch.device
-    dtype: torch.dtype
     fingerprint: str
     image_processor: Any = None
 
@@ -101,7 +99,7 @@ def _load(
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     image_processor = _image_processor(name_or_path)
     stamp = fingerprint(name_or_path, model) + ("" if random_init_std is None else f"-random{random_init_std:g}")
-    return LoadedModel(model, tokenizer, target, torch_dtype, stamp, image_processor)
+    return LoadedModel(model, tokenizer, stamp, image_processor)
 
 
 def _image_processor(name_or_path: str) -> Any:

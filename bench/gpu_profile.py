@@ -23,9 +23,9 @@ from canvasread.canvas.engine.loader import load_checkpoint
 from canvasread.canvas.engine.naive import NaiveReader
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.weights import initialise_weights
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.checkpoints import initialise_weights
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_runner import reads_for

@@ -169,6 +169,8 @@ def write_tiny_checkpoint(
     from transformers import DiffusionGemmaForBlockDiffusion
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
+    from canvasread.canvas.engine.weights import initialise_weights
+
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(tiny_config())
     initialise_weights(model, std=std)
@@ -183,25 +185,3 @@ def write_tiny_checkpoint(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
-
-
-def initialise_weights(model: Any, *, std: float = 0.02) -> None:
-    """Draw every floating-point weight matrix from N(0, std) and set norms to their trained-like scale.
-
-    Building a module on a GPU can leave memory uninitialised; timing such a
-    model measures a different workload (the router sends every token to the
-    same experts). Norm and router scales are set to 1, their identity value
-    (Gemma 4's RMSNorm multiplies by the weight itself).
-    """
-    import torch
-
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if not parameter.is_floating_point():
-                continue
-            if parameter.dim() >= 2:
-                parameter.normal_(0.0, std)
-            elif "norm" in name or name.endswith("scale"):
-                parameter.fill_(1.0)
-            else:
-                parameter.normal_(0.0, std)

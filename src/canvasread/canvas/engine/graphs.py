@@ -22,16 +22,15 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from canvasread.canvas.engine.runner import FusedRunner, PassInputs, PromptKV, Row
+from canvasread.canvas.engine.layers import LayerStack
+from canvasread.canvas.engine.rows import PassInputs, PassOutputs, PassShape, PromptKV, Row
 
 logger = logging.getLogger(__name__)
 
-Outputs = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]
 PastBuffers = list[tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -39,10 +38,12 @@ PastBuffers = list[tuple[torch.Tensor, torch.Tensor]]
 class _Entry:
     replay: Callable[[], None]
     inputs: PassInputs
-    outputs: Outputs | None
+    outputs: PassOutputs | None
 
 
 class GraphCache:
+    """Captured passes by bucket (rows, new tokens, prefix tokens), least recently used evicted first."""
+
     def __init__(
         self,
         *,
@@ -64,10 +65,8 @@ class GraphCache:
         self.replays = 0
         self.captures = 0
 
-    def run(self, runner: FusedRunner, rows: Sequence[Row]) -> Outputs | None:
+    def run(self, stack: LayerStack, rows: Sequence[Row]) -> PassOutputs | None:
         """Replay (capturing first if needed) a graph for these rows, or None when they do not fit one."""
-        from canvasread.canvas.engine.runner import PassShape
-
         shared = rows[0].past
         if len(rows) > self.max_batch or any(row.past is not shared or row.images for row in rows):
             return None
@@ -79,10 +78,10 @@ class GraphCache:
         if key in self._failed:
             return None
         past = self._fill_past(shared, shape.past)
-        fresh = runner._prepare(rows, shape, filter_padding=False, past=past)
+        fresh = stack.prepare(rows, shape, filter_padding=False, past=past)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._record(runner, rows, fresh, key)
+            entry = self._record(stack, rows, fresh, key)
             if entry is None:
                 return None
         else:
@@ -117,13 +116,13 @@ class GraphCache:
         return buffers
 
     def _record(
-        self, runner: FusedRunner, rows: Sequence[Row], inputs: PassInputs, key: tuple[int, int, int]
+        self, stack: LayerStack, rows: Sequence[Row], inputs: PassInputs, key: tuple[int, int, int]
     ) -> _Entry | None:
         if not self.capture:
             entry = _Entry(lambda: None, inputs, None)
 
             def rerun() -> None:
-                entry.outputs = runner._forward(rows, entry.inputs)
+                entry.outputs = stack.forward(rows, entry.inputs)
 
             entry.replay = rerun
         else:
@@ -131,13 +130,13 @@ class GraphCache:
                 side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    runner._forward(rows, inputs)  # warm-up: lazy handles and workspaces are made outside capture
+                    stack.forward(rows, inputs)  # warm-up: lazy handles and workspaces are made outside capture
                 torch.cuda.current_stream().wait_stream(side)
                 if self._pool is None:
                     self._pool = torch.cuda.graph_pool_handle()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self._pool):
-                    outputs = runner._forward(rows, inputs)
+                    outputs = stack.forward(rows, inputs)
             except Exception:
                 logger.warning("CUDA graph capture failed for %s; that shape runs eagerly", key, exc_info=True)
                 self._failed.add(key)

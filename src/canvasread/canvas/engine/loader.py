@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from canvasread.canvas.engine.weights import build_random
 from canvasread.errors import MissingExtra
 
 DTYPES = {
@@ -29,6 +31,9 @@ class LoadedModel:
     tokenizer: Any
     fingerprint: str
     image_processor: Any = None
+
+
+_LoadKey = tuple[str, str | None, str | None, str | None, float | None]
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -59,13 +64,49 @@ def load_checkpoint(
 
     With `random_init_std` only the folder's config is read and the weights
     are drawn from N(0, std) on the device: full-size speed tests without the
-    real checkpoint. Loads are shared, so several backends (a naive baseline
-    beside the fused engine) can serve one model instance.
+    real checkpoint. Loads are shared while something holds the model, so
+    several backends (a naive baseline beside the fused engine) serve one
+    instance, and a model nobody holds any more is freed.
     """
-    return _load(name_or_path, device, dtype, experts, random_init_std)
+    return _LOADS.get((name_or_path, device, dtype, experts, random_init_std))
 
 
-@functools.lru_cache(maxsize=8)
+class _SharedLoads:
+    """Loads by arguments, held weakly through their model; one lock per key, so replicas load in parallel."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # re-entrant: a weakref callback may run during a collection under it
+        self._key_locks: dict[_LoadKey, threading.Lock] = {}
+        self._loaded: dict[_LoadKey, tuple[weakref.ref[Any], LoadedModel]] = {}
+
+    def get(self, key: _LoadKey) -> LoadedModel:
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                held = self._loaded.get(key)
+            model = held[0]() if held is not None else None
+            if held is not None and model is not None:
+                return replace(held[1], model=model)
+            loaded = _load(*key)
+            # The cache keeps the small parts only; the model's own lifetime decides the entry's.
+            with self._lock:
+                self._loaded[key] = (
+                    weakref.ref(loaded.model, lambda _: self._forget(key)),
+                    replace(loaded, model=None),
+                )
+            return loaded
+
+    def _forget(self, key: _LoadKey) -> None:
+        with self._lock:
+            held = self._loaded.get(key)
+            if held is not None and held[0]() is None:
+                del self._loaded[key]
+
+
+_LOADS = _SharedLoads()
+
+
 def _load(
     name_or_path: str, device: str | None, dtype: str | None, experts: str | None, random_init_std: float | None
 ) -> LoadedModel:
@@ -82,17 +123,10 @@ def _load(
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(name_or_path, dtype=torch_dtype)
         model = model.to(target)
     else:
-        from canvasread.tools.checkpoints import initialise_weights
-
         config = DiffusionGemmaConfig.from_pretrained(name_or_path)
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(torch_dtype)
-        try:
-            with torch.device(target):
-                model = DiffusionGemmaForBlockDiffusion(config)
-        finally:
-            torch.set_default_dtype(previous)
-        initialise_weights(model, std=random_init_std)
+        model = build_random(
+            DiffusionGemmaForBlockDiffusion, config, device=target, dtype=torch_dtype, std=random_init_std
+        )
     if experts:
         model.set_experts_implementation(experts)
     model = model.eval()

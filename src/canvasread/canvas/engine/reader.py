@@ -17,7 +17,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from canvasread.canvas.engine.runner import FusedRunner, PromptKV, Row, RowOutput
+from canvasread.canvas.engine.rows import PromptKV, Row, RowOutput
+from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.reader import CanvasRead, PromptImage, SlotLogProbs
 
 

@@ -160,7 +160,8 @@ def test_graph_replays_equal_eager_passes(tiny_decider: Decider) -> None:
     but the capture itself: padding, prefix copies, and reuse of one entry across different prefixes.
     """
     from canvasread.canvas.engine.graphs import GraphCache
-    from canvasread.canvas.engine.runner import FusedRunner, Row
+    from canvasread.canvas.engine.rows import Row
+    from canvasread.canvas.engine.runner import FusedRunner
 
     runtime = backend_of(tiny_decider)._runtime
     assert runtime is not None

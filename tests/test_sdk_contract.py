@@ -15,8 +15,8 @@ from typesafe_sdk import (
     Image,
     Noul,
     Score,
+    TypeSafeBadRequestError,
     TypeSafeClient,
-    TypeSafeNotFoundError,
     TypeSafeUnprocessableEntityError,
 )
 
@@ -95,16 +95,29 @@ def test_models_list(sparrow_server: str) -> None:
     with TypeSafeClient(base_url=sparrow_server, api_key="local") as client:
         names = [m.name for m in client.models.list().models]
     assert names[0] == "sparrow-nano-general-v1.1"
-    assert {"jev-latest", "default"} <= set(names)
+    assert {"jev-latest", "default", "jev-1.13.0", "jev-1.13", "jev-preview"} <= set(names)
 
 
-def test_unknown_model_is_404_naming_served_models(sparrow_server: str) -> None:
+def test_unknown_model_is_a_bad_request_naming_served_models(sparrow_server: str) -> None:
     with (
         TypeSafeClient(base_url=sparrow_server, api_key="local") as client,
-        pytest.raises(TypeSafeNotFoundError) as caught,
+        pytest.raises(TypeSafeBadRequestError) as caught,
     ):
         client.system_one(STATE, QUESTIONS, model="gpt-7")
+    assert caught.value.status == 400
+    assert caught.value.body["detail"]["error_type"] == "api_usage_error"
+    assert caught.value.body["detail"]["message"].startswith("Unknown model: gpt-7")
     assert "sparrow-nano-general-v1.1" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["jev-latest", "jev-1.13.0", "jev-1.13", "jev-preview", "typesafe/jev-latest", "~typesafe/jev-latest"]
+)
+def test_hosted_names_and_provider_prefixes_reach_the_default_model(sparrow_server: str, name: str) -> None:
+    with TypeSafeClient(base_url=sparrow_server, api_key="local", model=name) as client:
+        result = client.system_one(STATE, QUESTIONS)
+    check_answers(result)
+    assert result.model == "sparrow-nano-general-v1.1"
 
 
 def png_bytes(width: int = 32, height: int = 24) -> bytes:

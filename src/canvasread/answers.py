@@ -2,12 +2,14 @@
 
 Pure functions shared by every backend, so the wire shape cannot drift
 between models: noul has no confidence, choice and score do, score is the
-expected level, and numbers are rounded only at the very end (the hosted API
-computes the score before rounding, and so do we).
+expected level, a box is its four expected edges, and numbers are rounded
+only at the very end (the hosted API computes the score before rounding, and
+so do we).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from canvasread.types import Distribution, JSONValue, Question
@@ -37,6 +39,42 @@ def top_index(probabilities: Sequence[float]) -> int:
     return max(range(len(probabilities)), key=lambda i: (probabilities[i], -i))
 
 
+def edge_moments(distribution: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard deviation of an edge over its grid (entry k of n sits at k / (n − 1))."""
+    step = 1.0 / (len(distribution) - 1)
+    mean = sum(k * step * p for k, p in enumerate(distribution))
+    variance = sum((k * step - mean) ** 2 * p for k, p in enumerate(distribution))
+    return mean, math.sqrt(max(0.0, variance))
+
+
+def box_edges(edges: Sequence[Sequence[float]]) -> dict[str, float]:
+    """Each edge's expected position; a pair read the wrong way round (top below bottom) is put in order."""
+    top, bottom, left, right = (edge_moments(distribution)[0] for distribution in edges)
+    return {"top": min(top, bottom), "bottom": max(top, bottom), "left": min(left, right), "right": max(left, right)}
+
+
+def box_confidence(edges: Sequence[Sequence[float]]) -> float:
+    """1 − σ/σ_uniform per edge, clipped to [0, 1], averaged over the four edges.
+
+    σ is the spread of the edge's read position; σ_uniform is that of a read
+    that knows nothing (uniform over the grid), so a certain read scores 1 and
+    a clueless one 0, as `confidence` does for choices.
+    """
+    scores = []
+    for distribution in edges:
+        n = len(distribution)
+        uniform = math.sqrt((n + 1) / (12.0 * (n - 1)))
+        scores.append(min(1.0, max(0.0, 1.0 - edge_moments(distribution)[1] / uniform)))
+    return sum(scores) / len(scores)
+
+
+def answer_confidence(question: Question, distribution: Distribution) -> float:
+    """The confidence that `min_confidence` is compared against, for any kind of question."""
+    if question.kind == "box":
+        return box_confidence(distribution.edges)
+    return confidence(distribution.probabilities)
+
+
 def _round(value: float, decimals: int | None) -> float:
     return value if decimals is None else round(value, decimals)
 
@@ -62,6 +100,12 @@ def build_answer(
             "confidence": _round(confidence(probabilities), decimals),
             "probabilities": {name: _round(p, decimals) for name, p in zip(names, probabilities, strict=True)},
         }
+    elif question.kind == "box":
+        answer = {
+            "type": "box",
+            "box": {edge: _round(value, decimals) for edge, value in box_edges(distribution.edges).items()},
+            "confidence": _round(box_confidence(distribution.edges), decimals),
+        }
     else:
         answer = {
             "type": "score",
@@ -71,7 +115,7 @@ def build_answer(
             "probabilities": {name: _round(p, decimals) for name, p in zip(names, probabilities, strict=True)},
         }
     if question.min_confidence is not None:
-        answer["abstain"] = confidence(probabilities) < question.min_confidence
+        answer["abstain"] = answer_confidence(question, distribution) < question.min_confidence
     if diagnostics is not None:
         answer["diagnostics"] = dict(diagnostics)
     return answer

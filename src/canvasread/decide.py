@@ -35,16 +35,31 @@ from canvasread.wire import parse_request
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ALIASES = ("jev-latest", "default")
+# The default model also answers to these: its own aliases, then the hosted API's names that clients pin.
+DEFAULT_ALIASES = ("jev-latest", "default", "jev-1.13.0", "jev-1.13", "jev-preview")
+# Routers put a provider before the model name (`typesafe/jev-latest`, `~typesafe/jev-1.13`); it is dropped.
+PROVIDER_PREFIXES = ("~typesafe/", "typesafe/")
 
 
 @dataclass(frozen=True)
 class DeciderSettings:
-    """What the operator sets for every served model: rounding, batching, the per-request deadline."""
+    """What the operator sets for every served model: rounding, batching, the deadline, extra model names.
+
+    `aliases` are (name, model) pairs (`serve --alias NAME=MODEL`); a name may
+    replace a built-in alias (say `jev-preview`) but not a served model's name.
+    """
 
     decimals: int | None = None
     batch: BatchSettings = BatchSettings()
     timeout_s: float | None = 120.0
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.aliases]
+        if any(not name.strip() or not model.strip() for name, model in self.aliases):
+            raise ValueError("an alias needs a name and a model: --alias NAME=MODEL")
+        if len(set(names)) != len(names):
+            raise ValueError(f"an alias is given twice: {sorted({n for n in names if names.count(n) > 1})}")
 
 
 @dataclass
@@ -116,6 +131,23 @@ class Decider:
             queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name)
             self._models[name] = ServedModel(backend, queue)
         self.default_name = backends[0].card.name
+        self._aliases = self._alias_map(settings.aliases)
+
+    def _alias_map(self, extra: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """Alias → served model name; an extra alias may point at a served model or at another alias."""
+        aliases = dict.fromkeys(DEFAULT_ALIASES, self.default_name)
+        for name, model in extra:
+            if name in self._models:
+                raise ValueError(f"alias {name!r} is the name of a served model")
+            target = model if model in self._models else aliases.get(model)
+            if target is None:
+                known = ", ".join([*self._models, *aliases])
+                raise ValueError(f"alias {name!r} points at {model!r}, which is neither served nor an alias ({known})")
+            aliases[name] = target
+        return aliases
+
+    def _names(self) -> str:
+        return ", ".join([*self._models, *self._aliases])
 
     # ---- models -------------------------------------------------------------------------
     @property
@@ -123,26 +155,23 @@ class Decider:
         return list(self._models.values())
 
     def model_cards(self) -> list[ModelCard]:
-        """Served models, then the default's aliases (listed as models, as the hosted API does)."""
+        """Served models, then every alias (listed as models, as the hosted API does)."""
         cards = [served.card for served in self._models.values()]
-        default = self._models[self.default_name].card
-        for alias in DEFAULT_ALIASES:
+        for alias, target in self._aliases.items():
+            card = self._models[target].card
             cards.append(
-                ModelCard(
-                    alias,
-                    f"Alias of {default.name}. {default.description}",
-                    default.release_date,
-                    default.capabilities,
-                )
+                ModelCard(alias, f"Alias of {card.name}. {card.description}", card.release_date, card.capabilities)
             )
         return cards
 
     def resolve(self, name: str) -> ServedModel:
-        served = self._models.get(self.default_name if name in DEFAULT_ALIASES else name)
-        if served is None:
-            names = ", ".join([*self._models, *DEFAULT_ALIASES])
-            raise ModelNotFound(f"model {name!r} is not served here; served models: {names}")
-        return served
+        """A served name or alias, with or without a provider prefix; else 400 naming what is served."""
+        bare = next((name.removeprefix(prefix) for prefix in PROVIDER_PREFIXES if name.startswith(prefix)), name)
+        for candidate in (name, bare):
+            served = self._models.get(self._aliases.get(candidate, candidate))
+            if served is not None:
+                return served
+        raise ModelNotFound(f"Unknown model: {name}. Served models and aliases: {self._names()}")
 
     def use_calibration(self, calibration: Calibration) -> None:
         """Apply `calibration` to every answer of the model it was fit for; refuse it for any other model.
@@ -249,11 +278,16 @@ class Decider:
     @staticmethod
     def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
         capabilities = card.capabilities
+        problems = [p for q in request.questions if q.kind == "box" for p in _box_problems(card, request, q.key)]
         if request.assets and not capabilities.images:
-            raise InvalidRequest.at(
-                ("body", "assets"),
-                f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
+            problems.append(
+                FieldProblem(
+                    ("body", "assets"),
+                    f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
+                )
             )
+        if problems:
+            raise InvalidRequest(problems)
         check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")
 
     def _assemble(
@@ -281,3 +315,14 @@ class Decider:
         """The library's one-call API: the same JSON as `POST /v1/systemone`, answered in this thread."""
         name, request = parse_request({"model": model, "state": state, "questions": questions, **extensions})
         return self.decide_now(name, request).to_json()
+
+
+def _box_problems(card: ModelCard, request: DecisionRequest, key: str) -> list[FieldProblem]:
+    """A box locates something in the request's one image, so it needs a model that sees and exactly one image."""
+    loc = ("body", "questions", key)
+    if not card.capabilities.images:
+        return [FieldProblem(loc, f"model {card.name} cannot see images, so it cannot answer box questions")]
+    count = len(request.assets)
+    if count != 1:
+        return [FieldProblem(loc, f"a box question needs exactly one image in the request; this one has {count}")]
+    return []

@@ -62,15 +62,18 @@ class PayloadTooLarge(CanvasreadError):
 
 
 class Unauthorized(CanvasreadError):
-    """No API key, or one the server does not know (401)."""
+    """No API key, or one the server does not know (401, `authentication_error` as the hosted API says)."""
 
     status_code = 401
-    error_type = "unauthorized"
+    error_type = "authentication_error"
 
 
 class ModelNotFound(CanvasreadError):
-    status_code = 404
-    error_type = "model_not_found"
+    """A model name that is neither served nor an alias: 400 `api_usage_error`, as the hosted API answers it
+    (clients map 400 to their bad-request error)."""
+
+    status_code = 400
+    error_type = "api_usage_error"
 
 
 class NotReady(CanvasreadError):

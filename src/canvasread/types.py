@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 JSONValue: TypeAlias = "str | int | float | bool | dict[str, JSONValue] | list[JSONValue] | None"
-QuestionKind: TypeAlias = Literal["noul", "choice", "score"]
+QuestionKind: TypeAlias = Literal["noul", "choice", "score", "box"]
 OrderMode: TypeAlias = Literal["as-given", "rotate"]
 Samples: TypeAlias = "int | Literal['auto']"
 ImageFormat: TypeAlias = Literal["png", "jpeg"]
+BOX_EDGES = ("top", "bottom", "left", "right")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Question:
     """A validated question, independent of the wire format.
 
     `options` is the answer space in the caller's order: `("true", "false")`
-    for a noul, the criteria keys for a choice, `"0".."N-1"` for a score.
+    for a noul, the criteria keys for a choice, `"0".."N-1"` for a score, and
+    none for a box (its answer is four edges, see `Distribution.edges`).
     """
 
     key: str
@@ -84,11 +86,16 @@ class Distribution:
     reads...) that are shown only when the caller asks for diagnostics; nothing
     reads them back. `reads` is how many model reads are behind the answer, for
     backends that count them (None: not counted), and feeds `/metrics`.
+
+    A box question has no options; its `edges` are four distributions (top,
+    bottom, left, right), each over evenly spaced positions from 0 to 1: entry
+    k of n is the edge at k / (n − 1) of the image's height or width.
     """
 
     probabilities: tuple[float, ...]
     details: Mapping[str, JSONValue] = field(default_factory=dict)
     reads: int | None = None
+    edges: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from canvasread.types import (
 
 MAX_SAMPLES = 16
 
+# What instructions, descriptions and states may be: text, a JSON object or an array (never a bare number or
+# boolean), as the official SDK's generated models declare.
 Content = str | dict[str, Any] | list[Any]
 
 
@@ -40,12 +42,12 @@ class _WireModel(BaseModel):
 
 
 class NoulCriteria(_WireModel):
-    true: Any = None
-    false: Any = None
+    true: Content | None = Field(default=None, description="What counts as a yes answer; empty or null: undescribed.")
+    false: Content | None = Field(default=None, description="What counts as a no answer; empty or null: undescribed.")
 
 
 class _QuestionBase(_WireModel):
-    instructions: Any = None
+    instructions: Content | None = None
     order: OrderMode | None = Field(None, description="canvasread extension: 'rotate' averages over option rotations.")
     min_confidence: float | None = Field(
         None, ge=0.0, le=1.0, description="canvasread extension: below this confidence the answer abstains."
@@ -58,7 +60,8 @@ class NoulQuestion(_QuestionBase):
 
     @model_validator(mode="after")
     def _needs_something_to_ask(self) -> NoulQuestion:
-        described = self.criteria is not None and (self.criteria.true is not None or self.criteria.false is not None)
+        sides = (self.criteria.true, self.criteria.false) if self.criteria is not None else ()
+        described = any(description(side) is not None for side in sides)
         if self.instructions is None and not described:
             raise ValueError("a noul question needs instructions or at least one described side of criteria")
         return self
@@ -74,11 +77,18 @@ class ScoreQuestion(_QuestionBase):
     criteria: list[Content] = Field(min_length=1, max_length=MAX_LEVELS)
 
 
-WireQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+class BoxQuestion(_QuestionBase):
+    """Locate what the instructions describe in the request's one image (image models only)."""
+
+    type: Literal["box"]
+
+
+AnyWireQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion
+WireQuestion = Annotated[AnyWireQuestion, Field(discriminator="type")]
 
 
 class WireAsset(_WireModel):
-    type: Literal["image"] = "image"
+    type: Literal["image"] | None = Field(None, description="Identifies an image asset (null: an image).")
     format: Literal["png", "jpg", "jpeg"] | None = None
     data_base64: str | None = None
     part: str | None = None
@@ -105,24 +115,48 @@ class SystemOneRequest(_WireModel):
     order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
 
 
-class NoulAnswer(_WireModel):
+class _AnswerExtras(_WireModel):
+    abstain: bool | None = Field(
+        None, description="canvasread extension, with min_confidence: true when the confidence is below it."
+    )
+    diagnostics: dict[str, Any] | None = Field(
+        None, description="canvasread extension, with diagnostics: true: how the answer was read."
+    )
+
+
+class NoulAnswer(_AnswerExtras):
     type: Literal["noul"]
     noul: float
 
 
-class ChoiceAnswer(_WireModel):
+class ChoiceAnswer(_AnswerExtras):
     type: Literal["choice"]
     choice: str
     confidence: float
     probabilities: dict[str, float]
 
 
-class ScoreAnswer(_WireModel):
+class ScoreAnswer(_AnswerExtras):
     type: Literal["score"]
     score: float
     confidence: float
     legend: dict[str, Any]
     probabilities: dict[str, float]
+
+
+class BoxCoordinates(_WireModel):
+    """Edges as fractions of the image: `top` ≤ `bottom` of its height, `left` ≤ `right` of its width."""
+
+    top: float = Field(ge=0.0, le=1.0)
+    bottom: float = Field(ge=0.0, le=1.0)
+    left: float = Field(ge=0.0, le=1.0)
+    right: float = Field(ge=0.0, le=1.0)
+
+
+class BoxAnswer(_AnswerExtras):
+    type: Literal["box"]
+    box: BoxCoordinates
+    confidence: float | None = Field(description="From 0 to 1; null when the model gives none.")
 
 
 class WireUsage(_WireModel):
@@ -132,7 +166,9 @@ class WireUsage(_WireModel):
 
 class SystemOneResponse(_WireModel):
     model: str
-    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
+    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer | BoxAnswer, Field(discriminator="type")]] = (
+        Field(min_length=1)
+    )
     usage: WireUsage
 
 
@@ -185,14 +221,22 @@ def parse_request(
     return wire.model, DecisionRequest(wire.state, questions, assets, options)
 
 
-def _to_question(key: str, question: NoulQuestion | ChoiceQuestion | ScoreQuestion, order: OrderMode) -> Question:
+def description(value: JSONValue) -> JSONValue:
+    """An empty description says nothing: `""` is null (one popular client sends it for every undescribed side)."""
+    return None if value == "" else value
+
+
+def _to_question(key: str, question: AnyWireQuestion, order: OrderMode) -> Question:
+    options: tuple[Option, ...]
     if isinstance(question, NoulQuestion):
         criteria = question.criteria or NoulCriteria()
-        options: tuple[Option, ...] = (Option("true", criteria.true), Option("false", criteria.false))
+        options = (Option("true", description(criteria.true)), Option("false", description(criteria.false)))
     elif isinstance(question, ChoiceQuestion):
-        options = tuple(Option(name, description) for name, description in question.criteria.items())
+        options = tuple(Option(name, description(text)) for name, text in question.criteria.items())
+    elif isinstance(question, ScoreQuestion):  # levels are echoed in the legend as sent, so "" stays ""
+        options = tuple(Option(str(level), text) for level, text in enumerate(question.criteria))
     else:
-        options = tuple(Option(str(level), description) for level, description in enumerate(question.criteria))
+        options = ()
     return Question(
         key, question.type, question.instructions, options, question.order or order, question.min_confidence
     )

@@ -42,7 +42,7 @@ def assert_401(response: httpx.Response) -> None:
     assert response.status_code == 401, response.text
     assert response.headers["www-authenticate"] == "Bearer"
     detail = response.json()["detail"]
-    assert detail["error_type"] == "unauthorized"
+    assert detail["error_type"] == "authentication_error"
     assert detail["request_id"] == response.headers["x-typesafe-request-id"]
 
 

@@ -59,7 +59,7 @@ def test_each_request_logs_one_line_with_its_request_id(caplog: pytest.LogCaptur
 
     # A request that fails still says what it asked for, as far as it got.
     [line] = access_lines(caplog, unknown_model.headers["x-typesafe-request-id"])
-    assert (line["status"], line["model"], line["questions"]) == (404, "no-such-model", 2)
+    assert (line["status"], line["model"], line["questions"]) == (400, "no-such-model", 2)
     assert "decide_ms" not in line
     [line] = access_lines(caplog, invalid.headers["x-typesafe-request-id"])
     assert line["status"] == 422 and "model" not in line

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas.plan import ImageTokens, PlannedCanvas, Planner, ReadPlan, noisy_canvas
+from canvasread.canvas import box
+from canvasread.canvas.plan import ImageTokens, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.tokenizer import Tokenizer
@@ -109,7 +110,10 @@ class CanvasBackend:
 
     def decide(self, jobs: Sequence[CanvasJob]) -> list[DecisionResult]:
         started = time.monotonic()
-        readings: list[list[list[SlotReading]]] = [[[] for _ in job.plan.questions] for job in jobs]
+        # readings[job][question][slot]: that slot's reading from every read so far.
+        readings: list[list[list[list[SlotReading]]]] = [
+            [[[] for _ in planned.slots] for planned in job.plan.questions] for job in jobs
+        ]
         first_reads = [
             (j, c, r)
             for j, job in enumerate(jobs)
@@ -122,11 +126,14 @@ class CanvasBackend:
                 (j, q)
                 for j, job in enumerate(jobs)
                 if job.request.options.samples == "auto"
-                for q in range(len(job.plan.questions))
-                if needs_another_read(
-                    readings[j][q],
-                    entropy_threshold=self.settings.reread_entropy,
-                    max_reads=self.settings.max_auto_reads,
+                for q, planned in enumerate(job.plan.questions)
+                if any(
+                    needs_another_read(
+                        readings[j][q][s],
+                        entropy_threshold=self.settings.reread_entropy,
+                        max_reads=self.settings.max_auto_reads,
+                    )
+                    for s in (box.TENS_SLOTS if planned.question.kind == "box" else (0,))
                 )
             }
             if not uncertain:
@@ -147,7 +154,7 @@ class CanvasBackend:
         self,
         jobs: Sequence[CanvasJob],
         wanted: Sequence[tuple[int, int, int]],
-        readings: list[list[list[SlotReading]]],
+        readings: list[list[list[list[SlotReading]]]],
         only: set[tuple[int, int]] | None,
     ) -> None:
         """Read (job, canvas, read number) triples in one reader call and file the slots' readings."""
@@ -157,23 +164,29 @@ class CanvasBackend:
             self._canvas_read(jobs[j], jobs[j].plan.canvases[c], r, runtime.tokenizer.vocab_size) for j, c, r in wanted
         ]
         for (j, c, _), slots in zip(wanted, runtime.reader.read(reads), strict=True):
-            for q, logprobs in zip(jobs[j].plan.canvases[c].questions, slots, strict=True):
-                if only is None or (j, q) in only:
-                    readings[j][q].append(slot_reading(logprobs.label_logprobs))
+            results = iter(slots)
+            for q in jobs[j].plan.canvases[c].questions:
+                for s in range(len(jobs[j].plan.questions[q].slots)):
+                    logprobs = next(results)
+                    if only is None or (j, q) in only:
+                        readings[j][q][s].append(slot_reading(logprobs.label_logprobs))
 
     @staticmethod
     def _canvas_read(job: CanvasJob, canvas: PlannedCanvas, read: int, vocab_size: int) -> CanvasRead:
         questions = job.plan.questions
         ids = noisy_canvas(canvas, questions, vocab_size=vocab_size, seed=job.seed, read=read)
-        slots = tuple(Slot(questions[q].position, questions[q].label_ids) for q in canvas.questions)
+        slots = tuple(Slot(slot.position, slot.label_ids) for q in canvas.questions for slot in questions[q].slots)
         return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
 
     @staticmethod
-    def _result(job: CanvasJob, readings: list[list[SlotReading]], elapsed_ms: float) -> DecisionResult:
+    def _result(job: CanvasJob, readings: list[list[list[list[SlotReading]]]], elapsed_ms: float) -> DecisionResult:
         distributions = []
         for planned, question_readings in zip(job.plan.questions, readings, strict=True):
-            combined = combine(question_readings)
             canvas = job.plan.canvases[planned.canvas]
+            if planned.question.kind == "box":
+                distributions.append(_box_distribution(planned, question_readings, len(canvas.ids), elapsed_ms))
+                continue
+            combined = combine(question_readings[0])
             details: dict[str, JSONValue] = {
                 "slot": {"canvas": planned.canvas, "position": planned.position, "width": len(canvas.ids)},
                 "labels": dict(zip(planned.question.option_names, planned.labels, strict=True)),
@@ -188,3 +201,19 @@ class CanvasBackend:
             distributions.append(Distribution(combined.probabilities, details, reads=combined.reads))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
         return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))
+
+
+def _box_distribution(
+    planned: PlannedQuestion, readings: list[list[SlotReading]], width: int, elapsed_ms: float
+) -> Distribution:
+    """A box's four edge distributions from its eight digit slots, each averaged over its reads."""
+    combined = [combine(slot_readings) for slot_readings in readings]
+    details: dict[str, JSONValue] = {
+        "slot": {"canvas": planned.canvas, "positions": [slot.position for slot in planned.slots], "width": width},
+        "label_mass": sum(c.label_mass for c in combined) / len(combined),
+        "entropy": max(normalised_entropy(combined[s].probabilities) for s in box.TENS_SLOTS),
+        "reads": combined[0].reads,
+        "batch_ms": elapsed_ms,
+    }
+    edges = box.edge_distributions([c.probabilities for c in combined])
+    return Distribution((), details, reads=combined[0].reads, edges=edges)

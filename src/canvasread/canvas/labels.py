@@ -48,6 +48,8 @@ def initial_labels(kind: QuestionKind, option_names: Sequence[str], pool: Sequen
         return [NOUL_LABELS[name] for name in option_names]
     if kind == "score":
         return list(SCORE_LABELS[: len(option_names)])
+    if kind == "box":  # every edge digit slot takes the ten digits
+        return list(SCORE_LABELS)
     if len(option_names) > len(pool):
         raise LabelError(f"{len(option_names)} options but only {len(pool)} single-token labels exist")
     return list(pool[: len(option_names)])

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from canvasread.canvas import box
 from canvasread.canvas.labels import (
     LabelError,
     SlotSpec,
@@ -48,7 +49,12 @@ SYSTEM_INTRO = (
     "Write one line per question, in the order given: the question's name, a colon, a space, then the label, "
     "and nothing else."
 )
-KIND_HEADERS = {"noul": "yes or no", "choice": "choose one", "score": "score from 0 (lowest) to {top}"}
+KIND_HEADERS = {
+    "noul": "yes or no",
+    "choice": "choose one",
+    "score": "score from 0 (lowest) to {top}",
+    "box": "locate",
+}
 
 
 def as_text(value: JSONValue) -> str:
@@ -66,13 +72,25 @@ def question_digest(question: Question) -> str:
 
 @dataclass(frozen=True)
 class PlannedQuestion:
+    """Where a question is read: one slot, or a box's eight digit slots, in one canvas."""
+
     question: Question
     name: str
-    labels: tuple[str, ...]
-    label_ids: tuple[int, ...]
+    slots: tuple[VerifiedSlot, ...]
     canvas: int
-    position: int
     digest: str
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.slots[0].labels
+
+    @property
+    def label_ids(self) -> tuple[int, ...]:
+        return self.slots[0].label_ids
+
+    @property
+    def position(self) -> int:
+        return self.slots[0].position
 
 
 @dataclass(frozen=True)
@@ -214,7 +232,7 @@ class Planner:
                 labels.append(initial_labels(question.kind, question.option_names, self._pool))
             except LabelError as error:
                 raise _label_problem(question, error) from None
-        groups = self._pack(names, labels)
+        groups = self._pack(names, labels, questions)
         planned: dict[int, PlannedQuestion] = {}
         canvases = []
         for canvas_index, group in enumerate(groups):
@@ -225,23 +243,22 @@ class Planner:
             canvases.append(
                 PlannedCanvas(tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids)), tuple(group), len(ids))
             )
-            for q_index, slot in zip(group, verified, strict=True):
+            for q_index, slots in zip(group, verified, strict=True):
                 question = questions[q_index]
                 planned[q_index] = PlannedQuestion(
-                    question,
-                    names[q_index],
-                    slot.labels,
-                    slot.label_ids,
-                    canvas_index,
-                    slot.position,
-                    question_digest(question),
+                    question, names[q_index], slots, canvas_index, question_digest(question)
                 )
         ordered = tuple(planned[i] for i in range(len(questions)))
         return Layout(self._system_text(ordered, compact), ordered, tuple(canvases))
 
-    def _pack(self, names: Sequence[str], labels: Sequence[Sequence[str]]) -> list[list[int]]:
+    def _pack(
+        self, names: Sequence[str], labels: Sequence[Sequence[str]], questions: Sequence[Question]
+    ) -> list[list[int]]:
         """Greedy: consecutive questions share a canvas while their lines fit (a token of slack per line)."""
-        lines = [f"{name}: {ls[0]}\n" for name, ls in zip(names, labels, strict=True)]
+        lines = [
+            f"{name}: {''.join(text + ls[0] for text in _slot_texts(question))}\n"
+            for name, ls, question in zip(names, labels, questions, strict=True)
+        ]
         sizes = [len(ids) + 1 for ids in self.tokenizer.encode_batch(lines)]
         budget = self.canvas_length - self._overhead
         groups: list[list[int]] = [[]]
@@ -256,21 +273,27 @@ class Planner:
 
     def _verify(
         self, questions: Sequence[Question], names: Sequence[str], labels: list[list[str]], group: Sequence[int]
-    ) -> tuple[list[int], list[VerifiedSlot]]:
-        text, slots = CANVAS_HEAD, []
+    ) -> tuple[list[int], list[tuple[VerifiedSlot, ...]]]:
+        """Verify one canvas's labels in context; returns its ids and, per question of `group`, its slots."""
+        text, slots, owners = CANVAS_HEAD, [], []
         for position, q_index in enumerate(group):
+            question = questions[q_index]
             text += f"{names[q_index]}: "
-            slots.append(SlotSpec(len(text), tuple(labels[q_index]), questions[q_index].kind == "choice"))
+            for before in _slot_texts(question):
+                text += before
+                slots.append(SlotSpec(len(text), tuple(labels[q_index]), question.kind == "choice"))
+                owners.append(q_index)
             text += "\n" if position < len(group) - 1 else ""
         text += CANVAS_TAIL
         try:
             ids, verified = verify_canvas(self.tokenizer, text, slots, self._pool)
         except LabelError as error:
-            culprit = questions[group[error.slot]] if error.slot is not None else None
+            culprit = questions[owners[error.slot]] if error.slot is not None else None
             raise _label_problem(culprit, error) from None
-        for q_index, slot in zip(group, verified, strict=True):
-            labels[q_index] = list(slot.labels)
-        return ids, verified
+        per_question = [tuple(v for v, owner in zip(verified, owners, strict=True) if owner == q) for q in group]
+        for q_index, question_slots in zip(group, per_question, strict=True):
+            labels[q_index] = list(question_slots[0].labels)
+        return ids, per_question
 
     @staticmethod
     def _system_text(questions: Sequence[PlannedQuestion], compact: bool) -> str:
@@ -282,10 +305,17 @@ class Planner:
             lines = [f"[{title}] {header}"]
             if question.instructions is not None:
                 lines.append(f"Instructions: {as_text(question.instructions)}")
-            for label, option in zip(planned.labels, question.options, strict=True):
+            if question.kind == "box":
+                lines.append(box.GUIDE)
+            for label, option in zip(planned.labels, question.options, strict=False):  # a box has no options
                 lines.append(f"{label}: {_describe(question, option.name, option.description)}")
             blocks.append("\n".join(lines))
         return "\n\n".join(blocks)
+
+
+def _slot_texts(question: Question) -> list[str]:
+    """The text before each of the question's slots on its answer line: one empty gap, or a box's eight."""
+    return box.slot_texts() if question.kind == "box" else [""]
 
 
 def _describe(question: Question, name: str, description: JSONValue) -> str:
@@ -317,7 +347,8 @@ def noisy_canvas(
     ids = list(canvas.ids)
     for q_index in canvas.questions:
         planned = questions[q_index]
-        material = f"{seed}|{read}|{planned.digest}".encode()
-        rng = random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
-        ids[planned.position] = rng.randrange(vocab_size)
+        for index, slot in enumerate(planned.slots):
+            material = f"{seed}|{read}|{planned.digest}" + (f"|{index}" if index else "")
+            rng = random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big"))
+            ids[slot.position] = rng.randrange(vocab_size)
     return tuple(ids)

@@ -1,0 +1,172 @@
+"""Box questions: eight verified digit slots on the canvas, read exactly, answered in the SDK's shape; refused by
+models that cannot see images."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from PIL import Image as PILImage
+from serving import serve_cli
+from typesafe_sdk import Box, BoxAnswer, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
+
+from canvasread.answers import box_confidence, box_edges, build_answer
+from canvasread.canvas import box
+from canvasread.canvas.backend import CanvasBackend
+from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.readout import slot_reading
+from canvasread.decide import Decider
+from canvasread.types import Distribution, Question
+from canvasread.wire import parse_request
+
+
+def png(colour: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (64, 48)) -> bytes:
+    buffer = io.BytesIO()
+    PILImage.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def one_hot(index: int, size: int = 10) -> tuple[float, ...]:
+    return tuple(1.0 if i == index else 0.0 for i in range(size))
+
+
+def test_edges_come_from_tens_and_units_digits_on_a_grid_of_100() -> None:
+    digits = [one_hot(d) for d in (1, 2, 6, 6, 1, 9, 6, 8)]  # top 12, bottom 66, left 19, right 68
+    edges = box.edge_distributions(digits)
+    assert [len(edge) for edge in edges] == [100] * 4
+    assert box_edges(edges) == pytest.approx({"top": 12 / 99, "bottom": 66 / 99, "left": 19 / 99, "right": 68 / 99})
+    assert box_confidence(edges) == pytest.approx(1.0)
+    # The expected value is 10·E[tens] + E[units], whatever the spread.
+    tens, units = (0.0, 0.5, 0.5, *([0.0] * 7)), tuple(0.1 for _ in range(10))
+    mean = (10 * 1.5 + 4.5) / 99
+    assert box_edges(box.edge_distributions([tens, units] * 4))["top"] == pytest.approx(mean)
+
+
+def test_uniform_reads_have_no_confidence_and_swapped_edges_are_put_in_order() -> None:
+    uniform = tuple(0.1 for _ in range(10))
+    assert box_confidence(box.edge_distributions([uniform] * 8)) == pytest.approx(0.0, abs=1e-12)
+    swapped = box.edge_distributions([one_hot(d) for d in (8, 0, 2, 0, 9, 9, 0, 0)])  # top 80 > bottom 20
+    question = Question("dog", "box", "the dog", ())
+    answer = build_answer(question, Distribution((), edges=swapped), decimals=2)
+    assert answer == {
+        "type": "box",
+        "box": {"top": 0.2, "bottom": 0.81, "left": 0.0, "right": 1.0},
+        "confidence": 1.0,
+    }
+    BoxAnswer.model_validate(answer)  # the SDK's own model parses it
+
+
+def box_request(state: str = "Photo: <image:1>", images: int = 1, **extensions: Any) -> dict[str, Any]:
+    assets = {
+        f"<image:{i + 1}>": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}
+        for i in range(images)
+    }
+    return {
+        "model": "jev-latest",
+        "state": state,
+        "questions": {
+            "dog": {"type": "box", "instructions": "The red square"},
+            "red": {"type": "noul", "instructions": "Red?"},
+        },
+        **({"assets": assets} if assets else {}),
+        **extensions,
+    }
+
+
+def backend_of(decider: Decider) -> CanvasBackend:
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend)
+    return backend
+
+
+def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -> None:
+    backend = backend_of(tiny_decider)
+    runtime = backend._runtime
+    assert runtime is not None
+    job = backend.prepare(parse_request(box_request())[1])
+    planned, _ = job.plan.questions
+    assert len(planned.slots) == box.SLOTS
+    digit_ids = tuple(runtime.tokenizer.encode(digit)[-1] for digit in box.DIGITS)
+    for tens, units in zip(planned.slots[0::2], planned.slots[1::2], strict=True):
+        assert tens.labels == units.labels == box.DIGITS
+        assert tens.label_ids == units.label_ids == digit_ids
+        assert units.position == tens.position + 1
+    [canvas] = job.plan.canvases
+    text = runtime.tokenizer.decode(list(canvas.ids))
+    assert "dog: top 00, bottom 00, left 00, right 00\nred: yes" in text
+    system = runtime.tokenizer.decode(list(job.plan.prompt_ids))
+    assert "The red square" in system and "00 to 99" in system
+
+
+def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Decider) -> None:
+    """Every digit slot is read at the right place with the image in the prompt; the edges are their product."""
+    backend = backend_of(tiny_decider)
+    runtime = backend._runtime
+    assert runtime is not None
+    runner = runtime.reader.runner  # type: ignore[attr-defined]
+    job = backend.prepare(parse_request(box_request(samples=1, seed=5))[1])
+    [result] = backend.decide([job])
+    [canvas] = job.plan.canvases
+    ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=job.seed, read=0)
+
+    class Features:
+        pooler_output = runner.image_features([png()])[0]
+
+    with torch.no_grad():
+        out = runner.model(
+            input_ids=torch.tensor([job.plan.prompt_ids]),
+            decoder_input_ids=torch.tensor([ids]),
+            mm_encoder_outputs={"image": Features()},
+        )
+    logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
+    slots = job.plan.questions[0].slots
+    digits = [slot_reading(logprobs[s.position, list(s.label_ids)].tolist()).probabilities for s in slots]
+    for got, want in zip(result.distributions[0].edges, box.edge_distributions(digits), strict=True):
+        assert got == pytest.approx(want, abs=1e-5)
+    assert math.fsum(result.distributions[0].edges[0]) == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_checkpoint: Path) -> Iterator[str]:
+    with serve_cli("--model", str(tiny_checkpoint)) as base:
+        yield base
+
+
+def test_the_sdk_box_builder_gets_a_box_it_parses(tiny_server: str) -> None:
+    photo = Image(png())
+    with TypeSafeClient(base_url=tiny_server, api_key="local", timeout=120) as client:
+        result = client.system_one(
+            photo, {"square": Box(instructions="The red square"), "red": Noul(instructions="Red?")}
+        )
+    answer = result.boxes["square"]
+    edges = answer.box
+    assert 0.0 <= edges.top <= edges.bottom <= 1.0 and 0.0 <= edges.left <= edges.right <= 1.0
+    assert answer.confidence is not None and 0.0 <= answer.confidence <= 1.0
+    assert 0.0 <= result.nouls["red"].noul <= 1.0
+
+
+def test_a_box_needs_exactly_one_image(tiny_server: str) -> None:
+    for images, state in ((0, "no picture"), (2, "<image:1> and <image:2>")):
+        response = httpx.post(tiny_server + "/v1/systemone", json=box_request(state, images), timeout=120)
+        assert response.status_code == 422, response.text
+        [problem] = response.json()["detail"]
+        assert problem["loc"] == ["body", "questions", "dog"]
+        assert "exactly one image" in problem["msg"] and f"has {images}" in problem["msg"]
+
+
+def test_models_that_cannot_see_refuse_a_box_at_the_question(sparrow_server: str) -> None:
+    with (
+        TypeSafeClient(base_url=sparrow_server, api_key="local") as client,
+        pytest.raises(TypeSafeUnprocessableEntityError) as caught,
+    ):
+        client.system_one("a photo we could not send", {"dog": Box(instructions="The dog")})
+    [problem] = caught.value.body["detail"]
+    assert problem["loc"] == ["body", "questions", "dog"]
+    assert "cannot see images, so it cannot answer box questions" in problem["msg"]

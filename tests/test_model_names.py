@@ -1,0 +1,69 @@
+"""Model names: hosted names, provider prefixes and operator aliases all reach a served model; unknown names are
+a 400 `api_usage_error` that says what is served."""
+
+from __future__ import annotations
+
+import pytest
+
+from canvasread.backends.base import FunctionBackend
+from canvasread.decide import Decider, DeciderSettings
+from canvasread.errors import ModelNotFound
+
+
+def decider(*aliases: tuple[str, str]) -> Decider:
+    backends = [FunctionBackend(lambda r: [], name=name) for name in ("main", "other")]
+    return Decider(backends, DeciderSettings(aliases=aliases))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "main",
+        "jev-latest",
+        "default",
+        "jev-1.13.0",
+        "jev-1.13",
+        "jev-preview",
+        "typesafe/jev-latest",
+        "~typesafe/jev-latest",
+        "typesafe/jev-1.13",
+        "typesafe/main",
+    ],
+)
+def test_hosted_names_and_prefixes_are_the_default_model(name: str) -> None:
+    assert decider().resolve(name).card.name == "main"
+
+
+def test_operator_aliases_point_anywhere_and_are_listed_as_models() -> None:
+    served = decider(("fast", "other"), ("jev-preview", "other"), ("newest", "jev-preview"))
+    assert served.resolve("fast").card.name == "other"
+    assert served.resolve("~typesafe/jev-preview").card.name == "other"
+    assert served.resolve("newest").card.name == "other"
+    cards = {card.name: card for card in served.model_cards()}
+    assert list(cards)[:2] == ["main", "other"]
+    assert {"jev-latest", "default", "jev-1.13.0", "jev-1.13", "jev-preview", "fast", "newest"} <= set(cards)
+    assert cards["fast"].description.startswith("Alias of other.")
+    assert cards["jev-latest"].description.startswith("Alias of main.")
+
+
+def test_unknown_model_is_a_400_api_usage_error_naming_what_is_served() -> None:
+    with pytest.raises(ModelNotFound) as caught:
+        decider(("fast", "other")).resolve("gpt-7")
+    error = caught.value
+    assert (error.status_code, error.error_type) == (400, "api_usage_error")
+    assert error.message.startswith("Unknown model: gpt-7")
+    assert "main" in error.message and "other" in error.message and "fast" in error.message
+
+
+@pytest.mark.parametrize(
+    ("aliases", "message"),
+    [
+        ((("main", "other"),), "is the name of a served model"),
+        ((("fast", "nowhere"),), "neither served nor an alias"),
+        ((("fast", "main"), ("fast", "other")), "given twice"),
+        ((("", "main"),), "needs a name and a model"),
+    ],
+)
+def test_bad_aliases_are_refused_at_startup(aliases: tuple[tuple[str, str], ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        decider(*aliases)

@@ -3,7 +3,12 @@ a 400 `api_usage_error` that says what is served."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import httpx
 import pytest
+from serving import serve_cli
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider, DeciderSettings
@@ -67,3 +72,28 @@ def test_unknown_model_is_a_400_api_usage_error_naming_what_is_served() -> None:
 def test_bad_aliases_are_refused_at_startup(aliases: tuple[tuple[str, str], ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decider(*aliases)
+
+
+def test_serve_alias_flag_names_a_model_that_v1_models_lists() -> None:
+    with serve_cli("--alias", "support-triage=jev-latest", "--alias", "jev-preview=sparrow-nano-general-v1.1") as base:
+        models = [entry["name"] for entry in httpx.get(base + "/v1/models", timeout=10).json()["models"]]
+        body = {
+            "model": "typesafe/support-triage",
+            "state": "hi",
+            "questions": {"q": {"type": "noul", "instructions": "Hi?"}},
+        }
+        answered = httpx.post(base + "/v1/systemone", json=body, timeout=30)
+    assert "support-triage" in models and models.count("jev-preview") == 1
+    assert answered.status_code == 200 and answered.json()["model"] == "sparrow-nano-general-v1.1"
+
+
+@pytest.mark.parametrize(("flag", "message"), [("nothing", "NAME=MODEL"), ("x=gpt-7", "neither served nor an alias")])
+def test_a_bad_alias_flag_is_one_clear_line(flag: str, message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "canvasread", "serve", "--port", "1", "--alias", flag],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert message in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr

@@ -50,6 +50,13 @@ app = typer.Typer(
 console = Console()
 
 
+def _alias_pair(value: str) -> tuple[str, str]:
+    name, equals, model = value.partition("=")
+    if not equals:
+        raise ValueError(f"--alias takes NAME=MODEL, not {value!r}")
+    return name.strip(), model.strip()
+
+
 @app.command()
 def serve(
     model: Annotated[
@@ -57,6 +64,13 @@ def serve(
         typer.Option(
             help="Model to serve: an embedded sparrow model name, or a DiffusionGemma folder or hub id. "
             "Repeat to serve several; the first is the default (alias jev-latest)."
+        ),
+    ] = None,
+    alias: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another name for a served model, NAME=MODEL (repeatable); may replace a built-in alias "
+            "such as jev-preview. Listed by /v1/models."
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = DEFAULT_HOST,
@@ -160,12 +174,13 @@ def serve(
     from canvasread.server.auth import collect_api_keys
     from canvasread.server.logs import logging_config
 
-    decider_config = DeciderSettings(
-        decimals=round_to,
-        timeout_s=timeout,
-        batch=BatchSettings(max_batch, max_wait_ms / 1000.0, max_pending, linger_ms / 1000.0),
-    )
     try:
+        decider_config = DeciderSettings(
+            decimals=round_to,
+            timeout_s=timeout,
+            batch=BatchSettings(max_batch, max_wait_ms / 1000.0, max_pending, linger_ms / 1000.0),
+            aliases=tuple(_alias_pair(value) for value in alias or ()),
+        )
         upstream_settings = (
             UpstreamSettings(
                 urls=tuple(upstream),
@@ -182,21 +197,21 @@ def serve(
     except ValueError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(1) from None
-    decider = open_decider(
-        tuple(model or (() if upstream else (DEFAULT_SPARROW_MODEL,))),
-        decider_config,
-        EngineSettings(
-            device=device,
-            dtype=dtype,
-            experts=experts,
-            random_init_std=random_weights,
-            naive_baseline=naive_baseline,
-            gpus=gpus,
-        ),
-        load=False,
-        upstream=upstream_settings,
-    )
     try:
+        decider = open_decider(
+            tuple(model or (() if upstream else (DEFAULT_SPARROW_MODEL,))),
+            decider_config,
+            EngineSettings(
+                device=device,
+                dtype=dtype,
+                experts=experts,
+                random_init_std=random_weights,
+                naive_baseline=naive_baseline,
+                gpus=gpus,
+            ),
+            load=False,
+            upstream=upstream_settings,
+        )
         for path in calibration or []:
             decider.use_calibration(Calibration.load(path))
     except (CanvasreadError, ValueError) as error:

@@ -41,9 +41,9 @@ class ValidationErrorBody(BaseModel):
 
 
 _ERROR_MEANINGS = {
-    400: "The body cannot be read (broken compression, unknown encoding, malformed multipart)",
-    401: "Missing or unknown API key",
-    404: "Unknown model; the message lists the served ones",
+    400: "Unknown model (api_usage_error; the message lists the served ones), or a body that cannot be read "
+    "(bad_request: broken compression, unknown encoding, malformed multipart)",
+    401: "Missing or unknown API key (authentication_error)",
     413: "Body larger than the limit, before or after decompression",
     500: "The model failed on this request; the server log has the details under the request id",
     503: "The model is loading, failed to load, or is unhealthy; retry",

@@ -15,12 +15,39 @@ from canvasread.wire import ModelList, SystemOneResponse
 
 STATIC_DIR = Path(__file__).parent / "static"
 
+_REQUEST_REF = {"$ref": "#/components/schemas/SystemOneRequest"}
 # The route reads its body itself (zstd, multipart): `openapi.py` publishes the schema it validates under this name.
+# Both forms the official SDK sends are declared: JSON, and multipart when images are attached (the JSON body in
+# the part `request`, each image in the part an asset names with `part`), either of them possibly compressed.
 _SYSTEM_ONE_BODY = {
+    "parameters": [
+        {
+            "name": "Content-Encoding",
+            "in": "header",
+            "required": False,
+            "description": "The body's compression (the SDK sends zstd for bodies of 1 KiB and more).",
+            "schema": {"type": "string", "enum": ["zstd", "gzip", "deflate", "identity"]},
+        }
+    ],
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}},
-    }
+        "content": {
+            "application/json": {"schema": _REQUEST_REF},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["request"],
+                    "properties": {"request": _REQUEST_REF},
+                    "additionalProperties": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "An image (PNG or JPEG) claimed by exactly one asset's `part` (asset-0, ...).",
+                    },
+                },
+                "encoding": {"request": {"contentType": "application/json"}},
+            },
+        },
+    },
 }
 
 
@@ -30,7 +57,7 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
     @app.post(
         "/v1/systemone",
         response_model=SystemOneResponse,
-        responses=error_responses(400, 401, 404, 413, 422, 500, 503, 504, 529),
+        responses=error_responses(400, 401, 413, 422, 500, 503, 504, 529),
         openapi_extra=_SYSTEM_ONE_BODY,
     )
     async def system_one(request: Request) -> Response:

@@ -1,0 +1,120 @@
+"""The served /openapi.json against the official SDK's generated models (typesafe-sdk 0.7.5): same types where
+the hosted API declares them, the SDK's own examples valid, our extensions and request forms declared."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import pytest
+from pydantic import BaseModel
+from typesafe_sdk._schemas import models as sdk
+
+REQUEST_MODELS = {
+    "SystemOneRequest": sdk.SystemOneRequest,
+    "NoulQuestion": sdk.NoulQuestion,
+    "ChoiceQuestion": sdk.ChoiceQuestion,
+    "ScoreQuestion": sdk.ScoreQuestion,
+    "BoxQuestion": sdk.BoxQuestion,
+    "NoulCriteria": sdk.NoulCriteria,
+    "WireAsset": sdk.Asset,
+}
+ANSWER_MODELS = {"NoulAnswer", "ChoiceAnswer", "ScoreAnswer", "BoxAnswer"}
+
+
+@pytest.fixture(scope="module")
+def served(sparrow_server: str) -> dict[str, Any]:
+    document: dict[str, Any] = httpx.get(sparrow_server + "/openapi.json", timeout=10).json()
+    return document
+
+
+def validator(document: dict[str, Any], name: str) -> Any:
+    return jsonschema_rs.Draft202012Validator({"$ref": f"#/components/schemas/{name}", **document})
+
+
+def json_types(schema: dict[str, Any], components: dict[str, Any]) -> frozenset[str]:
+    """The JSON types a schema admits, through refs and unions (`const`/`enum` values count by their type)."""
+    if "$ref" in schema:
+        return json_types(components[schema["$ref"].rsplit("/", 1)[-1]], components)
+    if "anyOf" in schema or "oneOf" in schema:
+        return frozenset().union(*(json_types(s, components) for s in schema.get("anyOf", schema.get("oneOf"))))
+    if "type" in schema:
+        return frozenset([schema["type"]] if isinstance(schema["type"], str) else schema["type"])
+    values = [schema["const"]] if "const" in schema else schema.get("enum", [])
+    names = {str: "string", type(None): "null", bool: "boolean", int: "integer", float: "number"}
+    return frozenset(names[type(value)] for value in values) or frozenset({"any"})
+
+
+def sdk_schema(model: type[BaseModel]) -> tuple[dict[str, Any], dict[str, Any]]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    return schema, schema.pop("$defs", {})
+
+
+@pytest.mark.parametrize("ours", list(REQUEST_MODELS))
+def test_request_fields_admit_the_types_the_sdk_declares(served: dict[str, Any], ours: str) -> None:
+    components = served["components"]["schemas"]
+    theirs, their_components = sdk_schema(REQUEST_MODELS[ours])
+    our_properties = components[ours]["properties"]
+    for field, their_field in theirs["properties"].items():
+        assert field in our_properties, f"{ours}.{field} is not declared"
+        assert json_types(our_properties[field], components) == json_types(their_field, their_components), (
+            f"{ours}.{field}"
+        )
+    assert set(theirs.get("required", [])) == set(components[ours].get("required", [])), ours
+
+
+def test_sdk_request_examples_validate_against_the_served_schema(served: dict[str, Any]) -> None:
+    """Every combination of the SDK's example values for a whole request, and for each question type."""
+    request = validator(served, "SystemOneRequest")
+    fields = sdk.SystemOneRequest.model_fields
+    examples = [fields[name].examples or [] for name in ("model", "state", "questions")]
+    checked = 0
+    for model, state, questions in itertools.product(*examples):
+        body = {"model": model, "state": state, "questions": questions}
+        assert request.is_valid(body), list(request.iter_errors(body))
+        checked += 1
+    for name in ("NoulQuestion", "ChoiceQuestion", "ScoreQuestion", "BoxQuestion"):
+        question_fields = REQUEST_MODELS[name].model_fields
+        kind = question_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
+        per_field = [[(f, e) for e in (info.examples or [])] for f, info in question_fields.items() if f != "type"]
+        for chosen in itertools.product(*[options for options in per_field if options]):
+            question = {"type": kind, **dict(chosen)}
+            body = {"model": "jev-latest", "state": "x", "questions": {"q": question}}
+            assert request.is_valid(body), list(request.iter_errors(body))
+            checked += 1
+    assert checked >= 8
+
+
+def test_sdk_response_examples_validate_against_the_served_schema(served: dict[str, Any]) -> None:
+    response = validator(served, "SystemOneResponse")
+    fields = sdk.SystemOneResponse.model_fields
+    for answers, usage in itertools.product(fields["answers"].examples or [], fields["usage"].examples or []):
+        body = {"model": "jev-latest", "answers": answers, "usage": usage}
+        assert response.is_valid(body), list(response.iter_errors(body))
+    box = {"type": "box", "box": sdk.BoxAnswer.model_fields["box"].examples[0], "confidence": None}  # type: ignore[index]
+    assert response.is_valid({"model": "m", "answers": {"b": box}, "usage": {"input_tokens": 1, "output_tokens": 0}})
+    assert not response.is_valid({"model": "m", "answers": {}, "usage": {"input_tokens": 1, "output_tokens": 0}})
+
+
+def test_extensions_are_declared(served: dict[str, Any]) -> None:
+    components = served["components"]["schemas"]
+    assert {"samples", "seed", "diagnostics", "order"} <= set(components["SystemOneRequest"]["properties"])
+    for question in ("NoulQuestion", "ChoiceQuestion", "ScoreQuestion", "BoxQuestion"):
+        assert {"order", "min_confidence"} <= set(components[question]["properties"])
+    for answer in ANSWER_MODELS:
+        assert {"abstain", "diagnostics"} <= set(components[answer]["properties"])
+    assert components["ScoreQuestion"]["properties"]["criteria"]["maxItems"] == 10  # as hosted
+
+
+def test_both_request_forms_and_compression_are_documented(served: dict[str, Any]) -> None:
+    operation = served["paths"]["/v1/systemone"]["post"]
+    content = operation["requestBody"]["content"]
+    assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/SystemOneRequest"}
+    multipart = content["multipart/form-data"]
+    assert multipart["schema"]["properties"]["request"] == {"$ref": "#/components/schemas/SystemOneRequest"}
+    assert multipart["encoding"]["request"]["contentType"] == "application/json"
+    [encoding] = [p for p in operation["parameters"] if p["name"] == "Content-Encoding"]
+    assert encoding["in"] == "header" and "zstd" in encoding["schema"]["enum"]
+    assert "400" in operation["responses"] and "404" not in operation["responses"]

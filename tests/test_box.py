@@ -170,3 +170,19 @@ def test_models_that_cannot_see_refuse_a_box_at_the_question(sparrow_server: str
     [problem] = caught.value.body["detail"]
     assert problem["loc"] == ["body", "questions", "dog"]
     assert "cannot see images, so it cannot answer box questions" in problem["msg"]
+
+
+def test_the_vllm_proxy_refuses_a_box_at_the_question(tiny_checkpoint: Path) -> None:
+    """The proxy reads text only; the refusal comes before anything is sent upstream (nothing listens here)."""
+    from canvasread.canvas.vllm.settings import UpstreamSettings
+    from canvasread.catalog import open_decider
+    from canvasread.errors import InvalidRequest
+
+    upstream = UpstreamSettings(urls=("http://127.0.0.1:9",), tokenizer=str(tiny_checkpoint), canvas_length=256)
+    proxy = open_decider((), upstream=upstream, load=False)
+    proxy.served[0].loaded.set()  # the capability check comes before any read, so no upstream is needed
+    with pytest.raises(InvalidRequest) as caught:
+        proxy.decide_now(*parse_request(box_request()))
+    problems = {problem.loc: problem.msg for problem in caught.value.problems}
+    assert "cannot see images, so it cannot answer box questions" in problems["body", "questions", "dog"]
+    assert "cannot see images" in problems["body", "assets"]

@@ -179,7 +179,7 @@ class CanvasBackend:
         return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
 
     @staticmethod
-    def _result(job: CanvasJob, readings: list[list[list[list[SlotReading]]]], elapsed_ms: float) -> DecisionResult:
+    def _result(job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
         distributions = []
         for planned, question_readings in zip(job.plan.questions, readings, strict=True):
             canvas = job.plan.canvases[planned.canvas]

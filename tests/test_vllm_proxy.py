@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.backend import CanvasJob
-from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.plan import THOUGHT_BLOCK, noisy_canvas
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
@@ -30,10 +30,11 @@ from canvasread.wire import parse_request
 
 STATE = {"ticket": "I was charged twice for order 1182 — please refund me.", "channel": "email"}
 
-# vLLM's `CompletionRequest` (vllm/entrypoints/openai/completion/protocol.py): `model: str | None`,
+# vLLM 0.33's `CompletionRequest` (vllm/entrypoints/openai/completion/protocol.py): `model: str | None`,
 # `prompt: list[int] | …`, `max_tokens: int | None`, `logprobs: int | None`, `logprob_token_ids: list[int] | None`
-# (PR 57417; at most MAX_LOGPROB_TOKEN_IDS = 128, and `logprobs` must be set and equal its length),
-# `return_tokens_as_token_ids: bool | None`, `vllm_xargs: dict[str, str | int | float | list[str | int | float]]`.
+# (at most MAX_LOGPROB_TOKEN_IDS = 128; `logprobs` must be set, and is then ignored), `return_tokens_as_token_ids:
+# bool | None`, `temperature`/`top_p`/`min_p: float | None`, `top_k: int | None` (0 disables),
+# `vllm_xargs: dict[str, str | int | float | list[str | int | float]]`.
 COMPLETION_FIELDS: dict[str, type] = {
     "model": str,
     "prompt": list,
@@ -41,6 +42,10 @@ COMPLETION_FIELDS: dict[str, type] = {
     "logprobs": int,
     "logprob_token_ids": list,
     "return_tokens_as_token_ids": bool,
+    "temperature": float,
+    "top_p": float,
+    "top_k": int,
+    "min_p": float,
     "vllm_xargs": dict,
 }
 # The diffusion keys `validate_diffusion_sampling_params` checks (PR 57250): a list of token ids, positive
@@ -174,6 +179,7 @@ def check_fields(body: dict[str, Any]) -> None:
     assert xargs["diffusion_canvas_length"] == len(xargs["diffusion_seed_canvas"]) == body["max_tokens"] <= 256
     assert body["logprob_token_ids"] == sorted(set(body["logprob_token_ids"]))
     assert 1 <= len(body["logprob_token_ids"]) <= 128 and body["logprobs"] == len(body["logprob_token_ids"])
+    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (1.0, 1.0, 0, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -199,10 +205,13 @@ def test_requests_carry_vllms_fields_and_the_planned_canvases(
         for r in range(samples)
     }
     assert len(sent) == len(expected) == len(job.plan.canvases) * samples
+    thought = runtime.tokenizer.encode(THOUGHT_BLOCK)
     seen = set()
     for body in sent:
         check_fields(body)
         assert body["prompt"] == list(job.plan.prompt_ids)
+        assert body["prompt"][-len(thought) :] == thought, "the empty thought block ends the prompt, not the canvas"
+        assert thought[0] not in body["vllm_xargs"]["diffusion_seed_canvas"]
         c, r = expected[tuple(body["vllm_xargs"]["diffusion_seed_canvas"])]
         seen.add((c, r))
         slots = [job.plan.questions[q] for q in job.plan.canvases[c].questions]
@@ -231,9 +240,13 @@ def test_a_read_needing_more_than_128_label_ids_is_split_over_requests(
         ({"vllm_xargs": {"diffusion_max_steps": True}}, "diffusion_max_steps"),
         ({"vllm_xargs": {"diffusion_seed_canvas": [0] * 15}}, "exactly 16 ids"),
         ({"vllm_xargs": {"diffusion_canvas_length": 512, "diffusion_seed_canvas": [0] * 512}}, "no larger"),
-        ({"logprobs": 3}, "logprobs must equal"),
+        ({"logprobs": None}, "`logprobs` must be set"),
         ({"logprob_token_ids": list(range(129)), "logprobs": 129}, "length 129"),
-        ({"temperature": 0.0}, "temperature"),
+        ({"temperature": 0.0}, "not yet supported with diffusion models"),
+        ({"min_p": 0.1}, "not yet supported with diffusion models"),
+        ({"seed": 1}, "not yet supported with diffusion models"),
+        ({"top_k": -2}, "top_k must be 0 (disable)"),
+        ({"top_p": 0.0}, "top_p must be in (0, 1]"),
     ],
 )
 def test_the_standin_refuses_what_vllm_refuses(

@@ -2,13 +2,28 @@
 
 vLLM needs a GPU and a model hub, so the proxy path is tested against this:
 `GET /health`, `GET /v1/models` and `POST /v1/completions` with a token-id
-prompt, `logprob_token_ids` (vLLM PR 57417) and the diffusion read-only
-`vllm_xargs` (PR 57250). Requests are validated as vLLM validates them (field
-types, at most 128 logprob ids, `logprobs` equal to their count, seed canvas
-exactly `diffusion_canvas_length` in-vocabulary ids, canvas no wider than the
-served one, context length) and more strictly where that catches our mistakes:
-an unknown field, top-level or in `vllm_xargs`, is a 400 here while vLLM would
-ignore it. Errors use vLLM's `{"error": {"message", "type", "param", "code"}}`.
+prompt, `logprob_token_ids` and the diffusion read-only `vllm_xargs`, as vLLM
+0.33 behaves (read in its `completion/protocol.py`, `sampling_params.py`,
+`utils/diffusion.py` and the DiffusionGemma sampler):
+
+- validation: field types; `logprobs` must be set beside `logprob_token_ids`
+  but its value is ignored (completions drops it when ids are given, so no
+  "equal to their count" rule); at most 128 in-vocabulary ids; a seed canvas
+  of exactly `diffusion_canvas_length` ids, no wider than the served canvas;
+  the context length; temperature other than 1, min_p above 0 or a seed are
+  refused for diffusion requests;
+- the checkpoint's `generation_config.json` fills every sampling field a
+  request leaves out, and top_k/top_p filter the logits before the read-only
+  logprobs are reported, so a filtered label comes back at −9999 (the floor
+  vLLM puts on −inf);
+- admission control: past `max_num_queued_reqs` requests in flight it answers
+  503 "busy", as `--max-num-queued-reqs` makes vLLM do;
+- with `api_keys`, every `/v1` route needs `Authorization: Bearer KEY` (401
+  `{"error": "Unauthorized"}` otherwise); `/health` stays open.
+
+It is stricter than vLLM where that catches our mistakes: an unknown field,
+top-level or in `vllm_xargs`, is a 400 here while vLLM would ignore it.
+Errors use vLLM's `{"error": {"message", "type", "param", "code"}}`.
 
 Logprobs come from one plain transformers forward of the checkpoint (encoder
 over the prompt, decoder over the seeded canvas, temperature 1), which is what
@@ -27,6 +42,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import socket
 import sys
 import threading
@@ -46,6 +62,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 MAX_LOGPROB_TOKEN_IDS = 128
 # vLLM clamps -inf logprobs to this so they stay JSON numbers.
 LOGPROB_FLOOR = -9999.0
+# The sampling fields vLLM takes from generation_config.json when a request leaves them out, with its own defaults.
+SAMPLING_DEFAULTS: dict[str, float] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+# vLLM's `_SAMPLING_EPS`.
+SAMPLING_EPS = 1e-5
+BUSY_MESSAGE = (
+    "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
+)
+DIFFUSION_SAMPLING_MESSAGE = (
+    "The temperature, min_p, seed, min_tokens, logit_bias, bad_words, and allowed_token_ids sampling parameters "
+    "are not yet supported with diffusion models."
+)
 
 NonNegative = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
@@ -73,6 +100,11 @@ class CompletionRequest(BaseModel):
     logprobs: NonNegative | None = None
     logprob_token_ids: Annotated[list[int], Field(min_length=1)] | None = None
     return_tokens_as_token_ids: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
     vllm_xargs: DiffusionXargs
 
 
@@ -93,7 +125,12 @@ class Standin:
     max_model_len: int
     honour_logprob_token_ids: bool = True
     stall_s: float = 0.0
+    generation_defaults: dict[str, float] = field(default_factory=dict)
+    max_num_queued_reqs: int | None = None
+    api_keys: tuple[str, ...] = ()
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -131,11 +168,22 @@ class Standin:
                 raise BadRequest("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
             if count > MAX_LOGPROB_TOKEN_IDS:
                 raise BadRequest(f"Requested logprob_token_ids of length {count}", "logprob_token_ids")
-            if request.logprobs != count:
-                raise BadRequest("logprobs must equal len(logprob_token_ids)", "logprob_token_ids")
+        self.sampling(request)
         if len(request.prompt) + width > self.max_model_len:
             raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens", "prompt")
         return width
+
+    def sampling(self, request: CompletionRequest) -> dict[str, float]:
+        """Request → generation config → vLLM default, per field; then the checks diffusion requests get."""
+        defaults = {**SAMPLING_DEFAULTS, **self.generation_defaults}
+        chosen = {name: value if (value := getattr(request, name)) is not None else defaults[name] for name in defaults}
+        if not 0.0 < chosen["top_p"] <= 1.0:
+            raise BadRequest(f"top_p must be in (0, 1], got {chosen['top_p']}.", "top_p")
+        if chosen["top_k"] < -1:
+            raise BadRequest(f"top_k must be 0 (disable), or at least 1, got {chosen['top_k']}.")
+        if chosen["temperature"] != 1.0 or chosen["min_p"] > SAMPLING_EPS or request.seed is not None:
+            raise BadRequest(DIFFUSION_SAMPLING_MESSAGE)
+        return chosen
 
     def complete(self, request: CompletionRequest) -> dict[str, Any]:
         width = self.check(request)
@@ -146,7 +194,9 @@ class Standin:
                 input_ids=torch.tensor([request.prompt], device=device),
                 decoder_input_ids=torch.tensor([request.vllm_xargs.diffusion_seed_canvas], device=device),
             )
-            logprobs = torch.log_softmax(output.logits[0].float(), dim=-1)[:rows]
+            sampling = self.sampling(request)
+            logits = _filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])
+            logprobs = torch.log_softmax(logits, dim=-1)[:rows]
         chosen = logprobs.argmax(dim=-1).tolist()
         wanted = request.logprob_token_ids if self.honour_logprob_token_ids else None
         top: list[dict[str, float]] = []
@@ -178,6 +228,19 @@ class Standin:
         }
 
 
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """vLLM's top-k then top-p filter: tokens outside become −inf, before the read-only logprobs are taken."""
+    if 0 < top_k < logits.shape[-1]:
+        threshold = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < threshold, -math.inf)
+    if top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        before = ordered.softmax(dim=-1).cumsum(dim=-1) - ordered.softmax(dim=-1)
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= top_p)
+        logits = logits.masked_fill(drop, -math.inf)
+    return logits
+
+
 def _key(token: int) -> str:
     return f"token_id:{token}"
 
@@ -187,12 +250,24 @@ def _clamp(value: float) -> float:
 
 
 def _error(message: str, param: str | None, code: int) -> JSONResponse:
-    kind = "NotFoundError" if code == 404 else "BadRequestError"
+    kind = {404: "NotFoundError", 503: "Service Unavailable"}.get(code, "BadRequestError")
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=code)
 
 
 def create_app(standin: Standin) -> FastAPI:
     app = FastAPI()
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Any) -> Response:
+        """vLLM's `AuthenticationMiddleware`: `/v1` routes need a listed Bearer key; `/health` does not."""
+        with standin.lock:
+            standin.headers.append(dict(request.headers))
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        guarded = standin.api_keys and request.url.path.startswith("/v1")
+        if guarded and (scheme.lower() != "bearer" or key not in standin.api_keys):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        response: Response = await call_next(request)
+        return response
 
     @app.get("/health")
     def health() -> Response:
@@ -216,14 +291,20 @@ def create_app(standin: Standin) -> FastAPI:
     async def completions(request: Request) -> Response:
         raw = await request.body()
         standin.requests.append(json.loads(raw))
-        await asyncio.sleep(standin.stall_s)  # a stuck upstream: answers /health, sits on reads
+        limit = standin.max_num_queued_reqs
+        if limit is not None and standin.in_flight + 1 > limit:  # vLLM's `check_admission`
+            return _error(BUSY_MESSAGE, None, 503)
+        standin.in_flight += 1
         try:
+            await asyncio.sleep(standin.stall_s)  # a stuck upstream: answers /health, sits on reads
             parsed = CompletionRequest.model_validate_json(raw)
             return JSONResponse(await asyncio.to_thread(standin.complete, parsed))
         except ValidationError as error:
             return _error(str(error), None, 400)
         except BadRequest as error:
             return _error(error.message, error.param, error.code)
+        finally:
+            standin.in_flight -= 1
 
     return app
 
@@ -255,7 +336,15 @@ def load_standin(model_path: str, **options: Any) -> Standin:
     options.setdefault("canvas_length", int(model.config.canvas_length))
     options.setdefault("max_model_len", int(model.config.text_config.max_position_embeddings))
     options.setdefault("served_name", Path(model_path).name)
+    options.setdefault("generation_defaults", generation_defaults(Path(model_path)))
     return Standin(model=model, root=model_path, **options)
+
+
+def generation_defaults(folder: Path) -> dict[str, float]:
+    """The sampling fields of the checkpoint's generation_config.json, as vLLM's `--generation-config auto` reads."""
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    return {name: config[name] for name in SAMPLING_DEFAULTS if config.get(name) is not None}
 
 
 def main(argv: list[str]) -> None:
@@ -268,6 +357,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--served-model-name")
     parser.add_argument("--diffusion-config", type=json.loads, default={})
     parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--max-num-queued-reqs", type=int)
+    parser.add_argument("--api-key", action="append", default=[])
+    parser.add_argument("--generation-config", default="auto")
     args, _ignored = parser.parse_known_args(argv)
     options: dict[str, Any] = {}
     if args.served_model_name:
@@ -276,6 +368,12 @@ def main(argv: list[str]) -> None:
         options["canvas_length"] = int(args.diffusion_config["canvas_length"])
     if args.max_model_len:
         options["max_model_len"] = args.max_model_len
+    if args.max_num_queued_reqs is not None:
+        options["max_num_queued_reqs"] = args.max_num_queued_reqs
+    keys = args.api_key or [os.environ.get("VLLM_API_KEY", "")]
+    options["api_keys"] = tuple(key for key in keys if key)
+    if args.generation_config == "vllm":
+        options["generation_defaults"] = {}
     standin = load_standin(args.model, **options)
     uvicorn.run(create_app(standin), host=args.host, port=args.port, log_level="warning")
 

@@ -47,7 +47,6 @@ fi
 "$VLLM_BIN" serve "$MODEL" --host 127.0.0.1 --port "$VLLM_PORT" \
     --served-model-name "$SERVED_MODEL_NAME" \
     --diffusion-config "{\"canvas_length\": ${CANVAS_LENGTH}}" \
-    --max-logprobs 128 --enable-prefix-caching --async-scheduling \
     --max-model-len "${MAX_MODEL_LEN:-65536}" --max-num-seqs "${MAX_NUM_SEQS:-16}" \
     --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.85}" "${vllm_args[@]}" &
 vllm=$!

@@ -9,12 +9,15 @@ share every line here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from canvasread.canvas import box
+from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import ImageTokens, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
@@ -38,6 +41,8 @@ DEFAULT_MAX_AUTO_READS = 4
 class ReadSettings:
     reread_entropy: float = DEFAULT_REREAD_ENTROPY
     max_auto_reads: int = DEFAULT_MAX_AUTO_READS
+    # The layout the tests and the README describe; the others are there to be compared (`eval --compare`).
+    layout: ReadLayout = DEFAULT_LAYOUT
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reread_entropy <= 1.0:
@@ -84,7 +89,11 @@ class CanvasBackend:
 
     @property
     def fingerprint(self) -> str | None:
-        return self._runtime.fingerprint if self._runtime is not None else None
+        """The weights' fingerprint and the read layout together: a layout changes every distribution."""
+        if self._runtime is None:
+            return None
+        material = json.dumps([self._runtime.fingerprint, self.settings.layout.describe()], sort_keys=True)
+        return "sha256:" + hashlib.sha256(material.encode()).hexdigest()
 
     def load(self) -> None:
         runtime = self._load()
@@ -93,6 +102,7 @@ class CanvasBackend:
             canvas_length=runtime.canvas_length,
             max_positions=runtime.max_positions,
             images=runtime.images,
+            layout=self.settings.layout,
         )
         self._runtime = runtime
 
@@ -178,8 +188,7 @@ class CanvasBackend:
         slots = tuple(Slot(slot.position, slot.label_ids) for q in canvas.questions for slot in questions[q].slots)
         return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
 
-    @staticmethod
-    def _result(job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
+    def _result(self, job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
         distributions = []
         for planned, question_readings in zip(job.plan.questions, readings, strict=True):
             canvas = job.plan.canvases[planned.canvas]
@@ -193,6 +202,7 @@ class CanvasBackend:
                 "label_mass": combined.label_mass,
                 "entropy": normalised_entropy(combined.probabilities),
                 "reads": combined.reads,
+                "layout": self.settings.layout.name,
                 "batch_ms": elapsed_ms,
             }
             if combined.reads > 1:

@@ -2,11 +2,13 @@
 
 The prompt is the model's chat template with thinking off: a system turn that
 lists every question with its labels (option names and descriptions beside
-them) and the state as the user turn. A canvas is the answer's fixed text —
-the empty thought block, one `name: label` line per question, end-of-turn,
-padding — where only the label slots hold noise. Requests with the same
-questions share the system turn, so its tokens form the cacheable prefix and
-their canvases and labels are planned once.
+them), the state as the user turn, and (by default) the empty thought block
+after the generation prompt. A canvas is the answer's fixed text — one
+`name: label` line per question, end-of-turn, at least one pad — where only
+the label slots hold noise. Requests with the same questions share the system
+turn, so its tokens form the cacheable prefix and their canvases and labels
+are planned once. Where the real weights would have to decide (the thought
+block's place...), the server's `ReadLayout` says.
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ from canvasread.canvas.labels import (
     initial_labels,
     verify_canvas,
 )
+from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.reader import PromptImage
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.types import DecisionRequest, ImageAsset, JSONValue, Question
 
-CANVAS_HEAD = "<|channel>thought\n<channel|>"
+THOUGHT_BLOCK = "<|channel>thought\n<channel|>"
 CANVAS_TAIL = "<turn|>"
 # Canvas widths are rounded up to a multiple of 16: fewer distinct shapes for kernels and CUDA graphs.
 CANVAS_ALIGN = 16
+# Pads after end-of-turn: vLLM's reader found that a canvas whose lines and `<turn|>` fill it loses label mass.
+MIN_PADDING = 1
 # Past this many questions the canvas names questions by number (as djev's "indexed" template does).
 COMPACT_AFTER = 10
 SIMPLE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
@@ -147,22 +152,25 @@ class Planner:
         canvas_length: int,
         max_positions: int | None,
         images: ImageTokens | None = None,
+        layout: ReadLayout = DEFAULT_LAYOUT,
         cache_size: int = 512,
     ) -> None:
         self.tokenizer = tokenizer
         self.images = images
+        self.read_layout = layout
         self.canvas_length = canvas_length
         self.max_positions = max_positions
         self._layouts: OrderedDict[str, Layout] = OrderedDict()
         self._cache_size = cache_size
-        self._overhead = len(tokenizer.encode(CANVAS_HEAD)) + len(tokenizer.encode(CANVAS_TAIL))
+        self._head = THOUGHT_BLOCK if layout.thought == "canvas" else ""
+        self._overhead = len(tokenizer.encode(self._head + CANVAS_TAIL)) + MIN_PADDING
         self._pool = choice_label_pool(tokenizer)
 
     def plan(self, request: DecisionRequest) -> ReadPlan:
         layout = self.layout(request.questions)
-        prompt_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, as_text(request.state)))
+        prompt_text = self._place_thought(self.tokenizer.chat_prompt(layout.system, as_text(request.state)))
         prompt_ids, images = self._encode_prompt(prompt_text, request.assets)
-        prefix_text = self._strip_thought(self.tokenizer.chat_prompt(layout.system, STATE_MARKER))
+        prefix_text = self.tokenizer.chat_prompt(layout.system, STATE_MARKER)
         prefix_ids = self.tokenizer.encode(prefix_text.split(STATE_MARKER)[0])
         prefix_length = next(
             (i for i, (a, b) in enumerate(zip(prefix_ids, prompt_ids, strict=False)) if a != b),
@@ -218,10 +226,10 @@ class Planner:
             self._layouts.popitem(last=False)
         return layout
 
-    @staticmethod
-    def _strip_thought(prompt: str) -> str:
-        """The canvas carries the empty thought block, so a template that adds it to the prompt loses it here."""
-        return prompt.removesuffix(CANVAS_HEAD)
+    def _place_thought(self, prompt: str) -> str:
+        """The prompt ends with the empty thought block unless the canvas carries it (whatever the template adds)."""
+        bare = prompt.removesuffix(THOUGHT_BLOCK)
+        return bare + THOUGHT_BLOCK if self.read_layout.thought == "prompt" else bare
 
     def _build_layout(self, questions: Sequence[Question]) -> Layout:
         compact = len(questions) > COMPACT_AFTER or not all(SIMPLE_KEY.fullmatch(q.key) for q in questions)
@@ -237,8 +245,8 @@ class Planner:
         canvases = []
         for canvas_index, group in enumerate(groups):
             ids, verified = self._verify(questions, names, labels, group)
-            width = min(self.canvas_length, math.ceil(len(ids) / CANVAS_ALIGN) * CANVAS_ALIGN)
-            if len(ids) > self.canvas_length:
+            width = min(self.canvas_length, math.ceil((len(ids) + MIN_PADDING) / CANVAS_ALIGN) * CANVAS_ALIGN)
+            if len(ids) + MIN_PADDING > self.canvas_length:
                 raise InvalidRequest.at(("body", "questions"), "a question's answer line does not fit in a canvas")
             canvases.append(
                 PlannedCanvas(tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids)), tuple(group), len(ids))
@@ -254,7 +262,8 @@ class Planner:
     def _pack(
         self, names: Sequence[str], labels: Sequence[Sequence[str]], questions: Sequence[Question]
     ) -> list[list[int]]:
-        """Greedy: consecutive questions share a canvas while their lines fit (a token of slack per line)."""
+        """Greedy: consecutive questions share a canvas while their lines, `<turn|>` and a pad fit (a token of slack
+        per line)."""
         lines = [
             f"{name}: {''.join(text + ls[0] for text in _slot_texts(question))}\n"
             for name, ls, question in zip(names, labels, questions, strict=True)
@@ -275,7 +284,7 @@ class Planner:
         self, questions: Sequence[Question], names: Sequence[str], labels: list[list[str]], group: Sequence[int]
     ) -> tuple[list[int], list[tuple[VerifiedSlot, ...]]]:
         """Verify one canvas's labels in context; returns its ids and, per question of `group`, its slots."""
-        text, slots, owners = CANVAS_HEAD, [], []
+        text, slots, owners = self._head, [], []
         for position, q_index in enumerate(group):
             question = questions[q_index]
             text += f"{names[q_index]}: "

@@ -135,8 +135,7 @@ def test_canvas_outside_slots_is_the_tokenized_answer_text(tiny_decider: Decider
     ) <= slots
     assert len(canvas.ids) % 16 == 0
     text = (
-        "<|channel>thought\n<channel|>"
-        + "\n".join(f"{job.plan.questions[q].name}: {job.plan.questions[q].labels[0]}" for q in canvas.questions)
+        "\n".join(f"{job.plan.questions[q].name}: {job.plan.questions[q].labels[0]}" for q in canvas.questions)
         + "<turn|>"
     )
     assert list(canvas.ids[: canvas.text_tokens]) == runtime.tokenizer.encode(text)

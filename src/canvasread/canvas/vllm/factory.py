@@ -60,6 +60,7 @@ def canvas_backend_for_upstream(
         timeout_s=settings.timeout_s,
         probe_interval_s=settings.probe_interval_s,
         max_connections=settings.concurrency,
+        api_key=settings.api_key,
     )
     where = ", ".join(settings.urls)
     card = ModelCard(

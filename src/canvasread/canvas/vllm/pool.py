@@ -1,16 +1,23 @@
 """A pool of vLLM upstreams: least-loaded choice, failover, and health probing until a failed one is back.
 
 Every request goes to the healthy upstream with the fewest requests in flight
-from this process. A connection error, a timeout or a 5xx takes that upstream
-out and the request is retried on another one (a canvas read is read-only and
-seeded, so sending it twice is harmless); a 4xx or a malformed answer is the
-request's own problem and becomes a 502 at once. A prober thread per upstream
+from this process. A connection error, a timeout or a 5xx other than 503
+takes that upstream out and the request is retried on another one (a canvas
+read is read-only and seeded, so sending it twice is harmless); a 4xx or a
+malformed answer is the request's own problem and becomes a 502 at once.
+A 503 is vLLM's admission control saying its queue is full (`QueueOverflowError`,
+`MaxQueuedTokensError`): overload, not a fault. The upstream stays in, the
+request tries the others, and once every healthy upstream has said "full" it
+waits a short, growing backoff and tries them again; when they are still full
+it fails with `UpstreamBusy` (529 with a retry hint). A prober thread per upstream
 checks its `/health` (and once, `/v1/models`, to see that it serves the model)
 every few seconds, so a failed upstream comes back as soon as it answers, and
 `health_problem()` tells `/ready` whether any upstream can answer now.
 
 Timeouts bound every call, so an upstream that accepts a connection and never
-answers costs one timeout, never a hang.
+answers costs one timeout, never a hang. With an API key every call, probes
+included, carries it as `Authorization: Bearer` (vLLM guards every `/v1`
+route when started with `--api-key`); the key is never logged.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from canvasread.errors import UpstreamFailure
+from canvasread.errors import Overloaded, UpstreamFailure
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +42,17 @@ DEFAULT_PROBE_INTERVAL_S = 2.0
 PROBE_TIMEOUT_S = 5.0
 # Connecting takes milliseconds on a working network; waiting longer only delays the failover.
 CONNECT_TIMEOUT_S = 5.0
+# Waits between rounds over upstreams that all answered 503 "full": a vLLM queue drains in tens of milliseconds
+# per batch, so three short rounds ride out a burst, and a longer overload reaches the client as a 529 quickly.
+BUSY_BACKOFF_S = (0.05, 0.2, 0.5)
+# The retry hint of a 529 when every upstream stayed full: about one more backoff round.
+BUSY_RETRY_AFTER_S = 1.0
+
+
+class UpstreamBusy(Overloaded):
+    """Every healthy upstream answered 503 "queue full", through every backoff round: 529, retried later."""
+
+    error_type = "upstream_overloaded"
 
 
 class UpstreamUnavailable(UpstreamFailure):
@@ -75,13 +93,17 @@ class UpstreamPool:
         timeout_s: float = 30.0,
         probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
         max_connections: int = 64,
+        api_key: str | None = None,
+        busy_backoff_s: Sequence[float] = BUSY_BACKOFF_S,
     ) -> None:
         if not urls:
             raise ValueError("an upstream pool needs at least one URL")
         self.model = model
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
         self.probe_interval_s = probe_interval_s
+        self._busy_backoff_s = tuple(busy_backoff_s)
         self._client = httpx.Client(
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)),
             limits=httpx.Limits(max_connections=max_connections + len(urls), max_keepalive_connections=max_connections),
         )
@@ -91,7 +113,7 @@ class UpstreamPool:
         self._probe_timeout_s = min(PROBE_TIMEOUT_S, timeout_s)
         self._probers: list[threading.Thread] = []
         self._turn = 0
-        self._counts = {"upstream_requests": 0, "upstream_failovers": 0, "upstream_errors": 0}
+        self._counts = {"upstream_requests": 0, "upstream_failovers": 0, "upstream_errors": 0, "upstream_busy": 0}
 
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -147,18 +169,35 @@ class UpstreamPool:
     # ---- requests -----------------------------------------------------------------------
     def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
         """POST `body` to `path` on the least-loaded healthy upstream, failing over; returns the parsed JSON."""
-        tried: list[Upstream] = []
         failures: list[str] = []
+        for backoff_s in (*self._busy_backoff_s, None):
+            busy: list[str] = []
+            answer = self._try_upstreams(path, body, failures, busy)
+            if answer is not _ALL_TRIED:
+                return answer
+            if not busy:
+                reasons = "; ".join(failures) or self.health_problem() or "no healthy upstream"
+                raise UpstreamUnavailable(f"no upstream could answer: {reasons}")
+            if backoff_s is None or self._stop.wait(backoff_s):
+                raise UpstreamBusy("every upstream's queue is full: " + "; ".join(busy), BUSY_RETRY_AFTER_S)
+        raise AssertionError("unreachable: the last round has no backoff")
+
+    def _try_upstreams(self, path: str, body: Mapping[str, Any], failures: list[str], busy: list[str]) -> Any:
+        """One round over the healthy upstreams: the first answer, or `_ALL_TRIED` with the reasons filed."""
+        tried: list[Upstream] = []
         while True:
             with self._lease(tried) as upstream:
                 if upstream is None:
-                    reasons = "; ".join(failures) or self.health_problem() or "no healthy upstream"
-                    raise UpstreamUnavailable(f"no upstream could answer: {reasons}")
+                    return _ALL_TRIED
                 tried.append(upstream)
                 try:
                     response = self._client.post(upstream.url + path, json=body)
                 except httpx.HTTPError as error:
                     failures.append(self._take_out(upstream, f"{type(error).__name__}: {error}".rstrip(": ")))
+                    continue
+                if response.status_code == 503:
+                    self._count("upstream_busy")
+                    busy.append(f"{upstream.url}: {_message(response)}")
                     continue
                 if response.status_code >= 500:
                     failures.append(self._take_out(upstream, f"HTTP {response.status_code}: {_message(response)}"))
@@ -167,6 +206,7 @@ class UpstreamPool:
                     self._count("upstream_errors")
                     raise UpstreamFailure(
                         f"{upstream.url} refused the read (HTTP {response.status_code}): {_message(response)}"
+                        + (" (check --upstream-api-key)" if response.status_code == 401 else "")
                     )
                 try:
                     return response.json()
@@ -244,6 +284,8 @@ class UpstreamPool:
 
     def _served_model(self, upstream: Upstream) -> UpstreamModel | None:
         listing = self._client.get(upstream.url + "/v1/models", timeout=self._probe_timeout_s)
+        if listing.status_code == 401:
+            raise ValueError("/v1/models answered 401: vLLM runs with --api-key; give it with --upstream-api-key")
         listing.raise_for_status()
         listed = listing.json()
         for entry in listed.get("data", []) if isinstance(listed, dict) else []:
@@ -264,6 +306,9 @@ class UpstreamPool:
         return None
 
 
+_ALL_TRIED = object()
+
+
 def _message(response: httpx.Response) -> str:
     """vLLM's error message (`{"error": {"message"}}`, or the older flat `{"message"}`), else the raw text."""
     try:
@@ -274,6 +319,8 @@ def _message(response: httpx.Response) -> str:
         error = body.get("error")
         if isinstance(error, dict) and "message" in error:
             return str(error["message"])[:500]
+        if isinstance(error, str):  # vLLM's API-key middleware: {"error": "Unauthorized"}
+            return error[:500]
         for key in ("message", "detail"):
             if key in body:
                 return str(body[key])[:500]

@@ -8,25 +8,35 @@ the same ids. Chat completions would render the chat template a second time,
 on the server, where a different template, BOS handling or thought block would
 silently shift what the model reads.
 
-The request body (vLLM's `CompletionRequest`; `vllm_xargs` keys from PR 57250,
-`logprob_token_ids` from PR 57417):
+The request body (vLLM 0.33's `CompletionRequest`, read in
+`vllm/entrypoints/openai/completion/protocol.py`; the diffusion keys are
+checked by `validate_diffusion_sampling_params` in `vllm/utils/diffusion.py`):
 
 | field | type | value |
 |---|---|---|
 | `model` | str | the served name (`--served-model-name`) |
 | `prompt` | list[int] | the encoder input, verbatim |
 | `max_tokens` | int | the canvas width: a read-only step emits one canvas, one row per position |
-| `logprobs` | int | required beside `logprob_token_ids`; vLLM wants it equal to that list's length |
+| `logprobs` | int | must be set beside `logprob_token_ids` (else a 400), then ignored: we send the ids' count |
 | `logprob_token_ids` | list[int], 1–128 | the slots' label ids: their exact logprobs at every position |
 | `return_tokens_as_token_ids` | bool | true: rows are keyed `"token_id:N"`, so nothing is detokenised |
+| `temperature` | float | 1.0: the only value diffusion requests accept |
+| `top_p` | float | 1.0: no nucleus |
+| `top_k` | int | 0: vLLM's "off" (−1 is accepted too; 0 is the documented value) |
+| `min_p` | float | 0.0: off (anything above is a 400 for diffusion requests) |
 | `vllm_xargs.diffusion_seed_canvas` | list[int] | the noisy canvas, exactly `diffusion_canvas_length` ids |
 | `vllm_xargs.diffusion_canvas_length` | int | the canvas width, at most the served `canvas_length` |
 | `vllm_xargs.diffusion_max_steps` | int | 1: one denoising step |
 | `vllm_xargs.diffusion_read_only` | bool | true: stop after the step, return temperature-1 logprobs |
 
-No temperature or seed is sent: vLLM refuses both for diffusion requests, and
-read-only logprobs are temperature 1 regardless. The answer holds
-`choices[0].logprobs.top_logprobs[position]["token_id:N"] = log p(N at position)`.
+Sampling is sent explicitly because vLLM applies the checkpoint's
+`generation_config.json` to every field a request leaves out, and its
+diffusion sampler filters the logits by top_k/top_p *before* it reports the
+read-only logprobs: under a default top_k of 64 every label outside the top 64
+would come back as −9999 (vLLM's floor for −inf), and a default temperature
+other than 1 would turn every read into a 400. No seed is sent: vLLM refuses
+one for diffusion requests (the noise is in the canvas we send). The answer
+holds `choices[0].logprobs.top_logprobs[position]["token_id:N"] = log p(N at position)`.
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ COMPLETIONS_PATH = "/v1/completions"
 MAX_LOGPROB_TOKEN_IDS = 128
 # Logprobs are at most 0; this much above it is float noise, more is a broken answer.
 LOGPROB_SLACK = 1e-4
+# What every read sends so that no generation-config default changes it (see the module docstring).
+NEUTRAL_SAMPLING: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 
 
 def label_id_groups(slots: Sequence[Slot], cap: int = MAX_LOGPROB_TOKEN_IDS) -> list[tuple[int, ...]]:
@@ -78,6 +90,7 @@ def completion_body(model: str, read: CanvasRead, label_ids: Sequence[int]) -> d
         "logprobs": len(label_ids),
         "logprob_token_ids": list(label_ids),
         "return_tokens_as_token_ids": True,
+        **NEUTRAL_SAMPLING,
         "vllm_xargs": {
             "diffusion_seed_canvas": list(read.canvas_ids),
             "diffusion_canvas_length": width,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from canvasread.canvas.vllm.pool import DEFAULT_PROBE_INTERVAL_S
@@ -29,6 +29,8 @@ class UpstreamSettings:
     concurrency: int = DEFAULT_UPSTREAM_CONCURRENCY
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     startup_timeout_s: float | None = None
+    # vLLM's `--api-key`, sent as a Bearer token on every call; kept out of repr so it is never logged.
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.urls:
@@ -51,5 +53,7 @@ class UpstreamSettings:
             raise ValueError("--upstream-timeout must be positive")
         if self.probe_interval_s <= 0:
             raise ValueError("the upstream probe interval must be positive")
+        if self.api_key is not None and (not self.api_key or any(c.isspace() for c in self.api_key)):
+            raise ValueError("--upstream-api-key must be a non-empty key without spaces")
         if self.concurrency < 1:
             raise ValueError("--upstream-concurrency must be at least 1")

@@ -1,0 +1,58 @@
+"""Named read layouts: the choices about how a read is laid out that only the real weights can settle.
+
+Without DiffusionGemma's weights we cannot measure which of several
+plausible layouts reads best, so each open question is a field of
+`ReadLayout`, and a server reads with one named layout (`serve --layout`).
+The name and its fields are reported in `diagnostics` and hashed into the
+calibration fingerprint, so a calibration fit on one layout is never applied
+to another, and `canvasread eval --compare` settles each choice on labelled
+data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+ThoughtPlacement = Literal["prompt", "canvas"]
+
+
+@dataclass(frozen=True)
+class ReadLayout:
+    """One way to lay out a read; `name` is what a person picks, the fields are what it means.
+
+    - `thought`: where the empty thought block `<|channel>thought\\n<channel|>`
+      goes. "prompt" (default): appended to the prompt, as the chat template's
+      generation prompt and vLLM 0.33's own DiffusionGemma reader put it (its
+      comment: "far worse results otherwise"); "canvas": the first canvas
+      tokens, as canvasread did before.
+    """
+
+    name: str
+    thought: ThoughtPlacement = "prompt"
+
+    def __post_init__(self) -> None:
+        if self.thought not in ("prompt", "canvas"):
+            raise ValueError(f"thought placement {self.thought!r} is neither 'prompt' nor 'canvas'")
+
+    def describe(self) -> dict[str, str]:
+        """The layout as reported in diagnostics and hashed into calibration fingerprints."""
+        return {key: str(value) for key, value in asdict(self).items()}
+
+
+DEFAULT_LAYOUT = ReadLayout("default")
+LAYOUTS: dict[str, ReadLayout] = {
+    layout.name: layout
+    for layout in (
+        DEFAULT_LAYOUT,
+        ReadLayout("thought-on-canvas", thought="canvas"),
+    )
+}
+
+
+def layout_named(name: str) -> ReadLayout:
+    """The layout called `name`; a `ValueError` listing the known names otherwise."""
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ValueError(f"unknown read layout {name!r}; choose one of {', '.join(LAYOUTS)}") from None

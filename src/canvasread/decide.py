@@ -1,9 +1,10 @@
 """`Decider`: from a validated request to Jev-shaped answers, around whichever backend serves the model.
 
 Reads top to bottom like the request does: resolve the model, check the
-request against the backend's capabilities, expand option rotations, queue it
-for a batch, fold the rotations back, calibrate, turn the distributions into
-answers. No HTTP and no torch here.
+request against the backend's capabilities, then stage by stage (questions
+that wait on others' answers come later; see `canvasread.stages`) expand
+option rotations, queue the stage for a batch, fold the rotations back,
+calibrate, turn the distributions into answers. No HTTP and no torch here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,8 @@ from canvasread.errors import (
     NotReady,
 )
 from canvasread.rotation import plan_rotations
-from canvasread.types import DecisionRequest, DecisionResult, JSONValue, ModelCard
+from canvasread.stages.run import Stage, StageRun
+from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
 from canvasread.wire import parse_request
 
 logger = logging.getLogger(__name__)
@@ -88,9 +90,108 @@ class Decision:
     elapsed_s: float
     # Per-question read counts, for backends whose distributions report `reads` (metrics: reads, re-reads).
     reads: tuple[int, ...] = ()
+    # Questions not read and why (`canvasread.stages.run`); None when no question has `ask_if`.
+    skipped: dict[str, dict[str, JSONValue]] | None = None
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
+        body: dict[str, JSONValue] = {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
+        if self.skipped is not None:
+            body["skipped"] = dict(self.skipped)
+        return body
+
+
+@dataclass(frozen=True)
+class StageAnswers:
+    """One finished stage, as a stream sends it: its answers in question order and the questions it skipped."""
+
+    number: int
+    answers: dict[str, dict[str, JSONValue]]
+    skipped: dict[str, dict[str, JSONValue]]
+
+
+class DecisionRun:
+    """One request answered stage by stage (see `canvasread.stages`); without `depends_on` and `ask_if` a
+    request is one stage, read exactly as before.
+
+    Each stage is one pass through the backend (one batched read, its rotations included), then calibration
+    and answers, so later stages see the answers the caller sees. Iterate `stages()` on the event loop
+    (through the batch queue, within one deadline for the whole request) or `stages_now()` in the calling
+    thread, then take `decision()`. Stopping the iteration early reads no further stage.
+    """
+
+    def __init__(self, served: ServedModel, request: DecisionRequest, settings: DeciderSettings) -> None:
+        self._served = served
+        self._settings = settings
+        self._started = time.monotonic()
+        self._plan = StageRun(request)  # checks the references before any work
+        self._answers: dict[str, dict[str, JSONValue]] = {}
+        self._usage = Usage()
+        self._reads: list[int] = []
+
+    async def stages(self) -> AsyncIterator[StageAnswers]:
+        while (stage := self._plan.next_stage()) is not None:
+            yield self._record(stage, await self._read(stage.request) if stage.request.questions else None)
+
+    def stages_now(self) -> Iterator[StageAnswers]:
+        backend = self._served.backend
+        while (stage := self._plan.next_stage()) is not None:
+            result = None
+            if stage.request.questions:
+                rotations = plan_rotations(stage.request)
+                [read] = backend.decide([backend.prepare(rotations.request)])
+                result = rotations.fold(read)
+            yield self._record(stage, result)
+
+    async def _read(self, request: DecisionRequest) -> DecisionResult:
+        rotations = plan_rotations(request)
+        prepare = functools.partial(asyncio.to_thread, self._served.backend.prepare, rotations.request)
+        limit = self._settings.timeout_s
+        try:
+            left = None if limit is None else self._started + limit - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            result = await asyncio.wait_for(self._served.queue.submit(prepare), left)
+        except TimeoutError:
+            raise DeadlineExceeded(f"no answer within {limit:g}s; the request was dropped") from None
+        return rotations.fold(result)
+
+    def _record(self, stage: Stage, result: DecisionResult | None) -> StageAnswers:
+        answers = {}
+        if result is not None:
+            for question, read in zip(stage.request.questions, result.distributions, strict=True):
+                distribution = calibrate(self._served.calibration, question, read)
+                self._plan.record(question, distribution)
+                answers[question.key] = self._answer(question, distribution, stage.number)
+                if read.reads is not None:
+                    self._reads.append(read.reads)
+            used = result.usage
+            self._usage = Usage(
+                self._usage.input_tokens + used.input_tokens, self._usage.output_tokens + used.output_tokens
+            )
+        self._answers.update(answers)
+        return StageAnswers(stage.number, answers, stage.skipped)
+
+    def _answer(self, question: Question, distribution: Distribution, stage: int) -> dict[str, JSONValue]:
+        details = None
+        if self._plan.request.options.diagnostics:
+            details = {**distribution.details, "stage": stage} if self._plan.staged else distribution.details
+        return build_answer(question, distribution, decimals=self._settings.decimals, diagnostics=details)
+
+    def decision(self) -> Decision:
+        """The whole answer, in question order; call after the stages are read."""
+        keys = [question.key for question in self._plan.request.questions]
+        answers = {key: self._answers[key] for key in keys if key in self._answers}
+        skipped = {key: self._plan.skipped[key] for key in keys if key in self._plan.skipped}
+        usage = {"input_tokens": self._usage.input_tokens, "output_tokens": self._usage.output_tokens}
+        elapsed = time.monotonic() - self._started
+        return Decision(
+            self._served.card.name,
+            answers,
+            usage,
+            elapsed,
+            tuple(self._reads),
+            skipped if self._plan.conditional else None,
+        )
 
 
 def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
@@ -249,31 +350,34 @@ class Decider:
             await served.queue.stop(drain_s)
 
     # ---- deciding -----------------------------------------------------------------------
-    async def decide(self, model: str, request: DecisionRequest) -> Decision:
-        """Answer one request through the model's batch queue (the server's path)."""
-        started = time.monotonic()
+    def begin(self, model: str, request: DecisionRequest) -> DecisionRun:
+        """Check all that needs no model work (model, readiness, capabilities, `depends_on`/`ask_if`), then
+        hand back the run, whose stages are read as it is iterated (the server streams them)."""
         served = self.resolve(model)
         if (reason := self._not_ready_reason(served)) is not None:
             raise NotReady(reason)
-        self._check_capabilities(served.card, request)
-        rotations = plan_rotations(request)
-        prepare = functools.partial(asyncio.to_thread, served.backend.prepare, rotations.request)
-        try:
-            result = await asyncio.wait_for(served.queue.submit(prepare), self.settings.timeout_s)
-        except TimeoutError:
-            raise DeadlineExceeded(f"no answer within {self.settings.timeout_s:g}s; the request was dropped") from None
-        return self._assemble(served, request, rotations.fold(result), started)
+        return self._run(served, request)
+
+    async def decide(self, model: str, request: DecisionRequest) -> Decision:
+        """Answer one request through the model's batch queue (the server's path)."""
+        run = self.begin(model, request)
+        async for _ in run.stages():
+            pass
+        return run.decision()
 
     def decide_now(self, model: str, request: DecisionRequest) -> Decision:
         """Answer one request in the calling thread, without queueing (library and CLI use)."""
-        started = time.monotonic()
         served = self.resolve(model)
         if not served.loaded.is_set():
             raise NotReady("; ".join(self.not_ready_reasons()) or f"{served.card.name} is not loaded")
+        run = self._run(served, request)
+        for _ in run.stages_now():
+            pass
+        return run.decision()
+
+    def _run(self, served: ServedModel, request: DecisionRequest) -> DecisionRun:
         self._check_capabilities(served.card, request)
-        rotations = plan_rotations(request)
-        [result] = served.backend.decide([served.backend.prepare(rotations.request)])
-        return self._assemble(served, request, rotations.fold(result), started)
+        return DecisionRun(served, request, self.settings)
 
     @staticmethod
     def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
@@ -289,20 +393,6 @@ class Decider:
         if problems:
             raise InvalidRequest(problems)
         check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")
-
-    def _assemble(
-        self, served: ServedModel, request: DecisionRequest, result: DecisionResult, started: float
-    ) -> Decision:
-        answers = {}
-        for question, read in zip(request.questions, result.distributions, strict=True):
-            distribution = calibrate(served.calibration, question, read)
-            details = distribution.details if request.options.diagnostics else None
-            answers[question.key] = build_answer(
-                question, distribution, decimals=self.settings.decimals, diagnostics=details
-            )
-        usage = {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
-        reads = tuple(d.reads for d in result.distributions if d.reads is not None)
-        return Decision(served.card.name, answers, usage, time.monotonic() - started, reads)
 
     def ask(
         self,

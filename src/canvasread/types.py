@@ -17,6 +17,8 @@ OrderMode: TypeAlias = Literal["as-given", "rotate"]
 Samples: TypeAlias = "int | Literal['auto']"
 ImageFormat: TypeAlias = Literal["png", "jpeg"]
 BOX_EDGES = ("top", "bottom", "left", "right")
+# An `ask_if` value: a noul's side (true/false), a choice's option name or a score's level index.
+AskIfValue: TypeAlias = "bool | str | int"
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,22 @@ class Option:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """`ask_if` entry: ask only when question `key`'s answer is one of `values` (as sent; checked by `stages`)."""
+
+    key: str
+    values: tuple[AskIfValue, ...]
+
+
+@dataclass(frozen=True)
 class Question:
     """A validated question, independent of the wire format.
 
     `options` is the answer space in the caller's order: `("true", "false")`
     for a noul, the criteria keys for a choice, `"0".."N-1"` for a score, and
     none for a box (its answer is four edges, see `Distribution.edges`).
+    `depends_on` and `ask_if` name other questions of the request (see
+    `canvasread.stages`); `alone` asks for a canvas of its own.
     """
 
     key: str
@@ -42,6 +54,9 @@ class Question:
     options: tuple[Option, ...]
     order: OrderMode = "as-given"
     min_confidence: float | None = None
+    depends_on: tuple[str, ...] = ()
+    ask_if: tuple[Condition, ...] = ()
+    alone: bool = False
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
+    Condition,
     DecisionRequest,
     ImageAsset,
     ImageFormat,
@@ -52,6 +53,17 @@ class _QuestionBase(_WireModel):
     min_confidence: float | None = Field(
         None, ge=0.0, le=1.0, description="canvasread extension: below this confidence the answer abstains."
     )
+    depends_on: list[str] | None = Field(
+        None,
+        description="canvasread extension: ids of questions answered first; their answers are written into "
+        "this question's instructions.",
+    )
+    ask_if: dict[str, Annotated[list[bool | str | int], Field(min_length=1)]] | None = Field(
+        None,
+        description="canvasread extension: ask only if each named question's answer is among the values "
+        "(true/false for a noul, option names for a choice, level indices for a score).",
+    )
+    alone: bool = Field(False, description="canvasread extension: read this question on a canvas of its own.")
 
 
 class NoulQuestion(_QuestionBase):
@@ -164,12 +176,27 @@ class WireUsage(_WireModel):
     output_tokens: int
 
 
+class SkippedQuestion(_WireModel):
+    """Why a question with `ask_if` (or waiting on one) was not read; see `canvasread.stages.run`."""
+
+    reason: Literal["condition_not_met", "condition_abstained", "dependency_skipped"]
+    question: str = Field(description="The question whose answer (or absence) decided it.")
+    message: str
+    answer: bool | str | int | None = Field(None, description="That question's answer, in ask_if's words.")
+    values: list[bool | str | int] | None = Field(None, description="The ask_if values it had to be among.")
+
+
 class SystemOneResponse(_WireModel):
     model: str
     answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer | BoxAnswer, Field(discriminator="type")]] = (
         Field(min_length=1)
     )
     usage: WireUsage
+    skipped: dict[str, SkippedQuestion] | None = Field(
+        None,
+        description="canvasread extension, present when a question has ask_if: the questions not read, and why "
+        "(they are absent from answers).",
+    )
 
 
 class ModelEntry(_WireModel):
@@ -238,7 +265,15 @@ def _to_question(key: str, question: AnyWireQuestion, order: OrderMode) -> Quest
     else:
         options = ()
     return Question(
-        key, question.type, question.instructions, options, question.order or order, question.min_confidence
+        key,
+        question.type,
+        question.instructions,
+        options,
+        question.order or order,
+        question.min_confidence,
+        depends_on=tuple(question.depends_on or ()),
+        ask_if=tuple(Condition(name, tuple(values)) for name, values in (question.ask_if or {}).items()),
+        alone=question.alone,
     )
 
 

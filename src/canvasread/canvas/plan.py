@@ -215,7 +215,7 @@ class Planner:
         return ids, tuple(images)
 
     def layout(self, questions: Sequence[Question]) -> Layout:
-        key = json.dumps([[q.key, question_digest(q)] for q in questions], ensure_ascii=False)
+        key = json.dumps([[q.key, question_digest(q), q.alone] for q in questions], ensure_ascii=False)
         cached = self._layouts.get(key)
         if cached is not None:
             self._layouts.move_to_end(key)
@@ -263,7 +263,11 @@ class Planner:
         self, names: Sequence[str], labels: Sequence[Sequence[str]], questions: Sequence[Question]
     ) -> list[list[int]]:
         """Greedy: consecutive questions share a canvas while their lines, `<turn|>` and a pad fit (a token of slack
-        per line)."""
+        per line).
+
+        A question marked `alone` gets a canvas (so a read) of its own: neighbours on one canvas
+        influence each other's slots. The prompt still lists every question of the request.
+        """
         lines = [
             f"{name}: {''.join(text + ls[0] for text in _slot_texts(question))}\n"
             for name, ls, question in zip(names, labels, questions, strict=True)
@@ -273,7 +277,8 @@ class Planner:
         groups: list[list[int]] = [[]]
         used = 0
         for index, size in enumerate(sizes):
-            if groups[-1] and used + size > budget:
+            shared = not questions[index].alone and not (index and questions[index - 1].alone)
+            if groups[-1] and (used + size > budget or not shared):
                 groups.append([])
                 used = 0
             groups[-1].append(index)

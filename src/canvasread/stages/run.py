@@ -1,0 +1,169 @@
+"""Walking a request's stages: what each stage asks, given the answers of the stages before it.
+
+Earlier answers reach a dependent question through its instructions, the one
+field every backend shows its model: the sparrow model reads them as text,
+the canvas backend lists them in the system turn beside the question. The
+text is the question's own instructions, a blank line, then
+
+    Answers already given about this state:
+    - `is_bug` (Is this a bug report?): yes, probability 0.93
+    - `team` (Which team?): billing, probability 0.81
+    - `anger` (How angry?): level 2 of 0-2 (furious), probability 0.80, expected score 1.73
+
+one line per `depends_on` entry, in the order given, with the calibrated
+probabilities the caller sees (two decimals). Because this is content, the
+canvas backend's noise for the question follows it like any other wording.
+
+A question is skipped, and never read, when a question it waits on was
+skipped, or when an `ask_if` does not hold: the named question's answer (a
+noul's side, a choice's option, a score's most probable level) is not among
+the values, or that answer abstained (below its `min_confidence`). Every
+`ask_if` entry must hold.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from canvasread.answers import confidence, expected_score, top_index
+from canvasread.stages.graph import is_staged, prerequisites, stage_numbers
+from canvasread.types import AskIfValue, DecisionRequest, Distribution, JSONValue, Question
+
+CONTEXT_HEADER = "Answers already given about this state:"
+
+
+@dataclass(frozen=True)
+class Given:
+    """A question answered in an earlier stage, as the later stages see it."""
+
+    question: Question
+    probabilities: tuple[float, ...]
+
+    @property
+    def chosen(self) -> int:
+        return top_index(self.probabilities)
+
+    @property
+    def value(self) -> AskIfValue:
+        """The answer in `ask_if`'s words: a noul's side, a choice's option name, a score's level index."""
+        name = self.question.option_names[self.chosen]
+        if self.question.kind == "noul":
+            return name == "true"
+        return name if self.question.kind == "choice" else self.chosen
+
+    @property
+    def abstained(self) -> bool:
+        threshold = self.question.min_confidence
+        return threshold is not None and confidence(self.probabilities) < threshold
+
+    def line(self) -> str:
+        question, p = self.question, self.probabilities[self.chosen]
+        about = "" if question.instructions is None else f" ({_text(question.instructions)})"
+        option = question.options[self.chosen]
+        if question.kind == "noul":
+            said = "yes" if self.value else "no"
+        elif question.kind == "choice":
+            said = option.name
+        else:
+            top = len(question.options) - 1
+            said = f"level {self.chosen} of 0-{top} ({_text(option.description)})"
+        line = f"- `{question.key}`{about}: {said}, probability {p:.2f}"
+        if question.kind == "score":
+            line += f", expected score {expected_score(self.probabilities):.2f}"
+        return line
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its number, the request it reads (possibly no question), and the questions it skipped."""
+
+    number: int
+    request: DecisionRequest
+    skipped: dict[str, dict[str, JSONValue]]
+
+
+@dataclass
+class StageRun:
+    """The stages of one request, in order; `record` each stage's answers before asking for the next stage.
+
+    Building it checks the references (`InvalidRequest` at the offending key).
+    """
+
+    request: DecisionRequest
+    numbers: tuple[int, ...] = field(init=False)
+    skipped: dict[str, dict[str, JSONValue]] = field(init=False, default_factory=dict)
+    _given: dict[str, Given] = field(init=False, default_factory=dict)
+    _next: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.numbers = stage_numbers(self.request.questions)
+
+    @property
+    def staged(self) -> bool:
+        """Whether the request uses `depends_on` or `ask_if` (its answers then say their stage)."""
+        return is_staged(self.request.questions)
+
+    @property
+    def conditional(self) -> bool:
+        """Whether any question has an `ask_if` (the response then lists what was skipped)."""
+        return any(question.ask_if for question in self.request.questions)
+
+    def next_stage(self) -> Stage | None:
+        """The next stage's questions, with earlier answers written in; None after the last stage."""
+        if self._next > max(self.numbers):
+            return None
+        number, asked, skipped = self._next, [], {}
+        for question, stage in zip(self.request.questions, self.numbers, strict=True):
+            if stage != number:
+                continue
+            reason = self._skip_reason(question)
+            if reason is None:
+                asked.append(self._with_context(question))
+            else:
+                skipped[question.key] = reason
+        self._next += 1
+        self.skipped.update(skipped)
+        return Stage(number, replace(self.request, questions=tuple(asked)), skipped)
+
+    def record(self, question: Question, distribution: Distribution) -> None:
+        """File an answer (calibrated, as the caller sees it) for the stages that wait on it."""
+        self._given[question.key] = Given(question, distribution.probabilities)
+
+    def _skip_reason(self, question: Question) -> dict[str, JSONValue] | None:
+        for name in prerequisites(question):
+            if name in self.skipped:
+                return {"reason": "dependency_skipped", "question": name, "message": f"`{name}` was skipped"}
+        for condition in question.ask_if:
+            given, values = self._given[condition.key], list[JSONValue](condition.values)
+            if given.abstained:
+                message = f"`{condition.key}` abstained (below its min_confidence)"
+                return {
+                    "reason": "condition_abstained",
+                    "question": condition.key,
+                    "values": values,
+                    "message": message,
+                }
+            if given.value not in condition.values:
+                message = f"asked only if `{condition.key}` is one of {_text(values)}; it is {_text(given.value)}"
+                return {
+                    "reason": "condition_not_met",
+                    "question": condition.key,
+                    "answer": given.value,
+                    "values": values,
+                    "message": message,
+                }
+        return None
+
+    def _with_context(self, question: Question) -> Question:
+        if not question.depends_on:
+            return question
+        lines = [CONTEXT_HEADER, *(self._given[name].line() for name in question.depends_on)]
+        context = "\n".join(lines)
+        own = question.instructions
+        return replace(question, instructions=context if own is None else f"{_text(own)}\n\n{context}")
+
+
+def _text(value: JSONValue) -> str:
+    """Strings as they are, other JSON compact with non-ASCII kept (as the canvas prompt writes them)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -160,7 +160,7 @@ class DecisionRun:
         if result is not None:
             for question, read in zip(stage.request.questions, result.distributions, strict=True):
                 distribution = calibrate(self._served.calibration, question, read)
-                self._plan.record(question, distribution)
+                self._plan.record(question.key, distribution)
                 answers[question.key] = self._answer(question, distribution, stage.number)
                 if read.reads is not None:
                     self._reads.append(read.reads)

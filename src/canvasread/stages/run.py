@@ -95,9 +95,11 @@ class StageRun:
     skipped: dict[str, dict[str, JSONValue]] = field(init=False, default_factory=dict)
     _given: dict[str, Given] = field(init=False, default_factory=dict)
     _next: int = field(init=False, default=0)
+    _asked: dict[str, Question] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.numbers = stage_numbers(self.request.questions)
+        self._asked = {question.key: question for question in self.request.questions}
 
     @property
     def staged(self) -> bool:
@@ -126,9 +128,12 @@ class StageRun:
         self.skipped.update(skipped)
         return Stage(number, replace(self.request, questions=tuple(asked)), skipped)
 
-    def record(self, question: Question, distribution: Distribution) -> None:
-        """File an answer (calibrated, as the caller sees it) for the stages that wait on it."""
-        self._given[question.key] = Given(question, distribution.probabilities)
+    def record(self, key: str, distribution: Distribution) -> None:
+        """File an answer (calibrated, as the caller sees it) for the stages that wait on it.
+
+        Later stages are told the question as the caller wrote it, not with its own earlier answers.
+        """
+        self._given[key] = Given(self._asked[key], distribution.probabilities)
 
     def _skip_reason(self, question: Question) -> dict[str, JSONValue] | None:
         for name in prerequisites(question):

@@ -16,6 +16,8 @@ from starlette.responses import JSONResponse, Response
 from canvasread.decide import Decider
 from canvasread.server.body import decode_content, parse_body, read_limited
 from canvasread.server.disconnect import cancel_on_disconnect
+from canvasread.server.events import stream_decision, wants_events
+from canvasread.server.exceptions import request_id
 from canvasread.server.limits import check_request
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import exchange
@@ -32,7 +34,8 @@ class Handlers:
         self.metrics = metrics
 
     async def system_one(self, request: Request) -> Response:
-        """Read the body the way the SDK sends it, check this server's limits, decide, answer."""
+        """Read the body the way the SDK sends it, check this server's limits, decide, answer (JSON, or
+        server-sent events stage by stage when the client accepts `text/event-stream`)."""
         config = self.config
         raw = await read_limited(request.stream(), config.max_body_bytes)
         data = decode_content(raw, request.headers.get("content-encoding", ""), config.max_body_bytes)
@@ -41,6 +44,9 @@ class Handlers:
         seen = exchange(request)
         seen.model, seen.request = model, decision_request
         check_request(decision_request, config)
+        if wants_events(request.headers.get("accept", "")):
+            run = self.decider.begin(model, decision_request)
+            return await stream_decision(request, run, request_id(request), seen)
         decision = await cancel_on_disconnect(request.receive, self.decider.decide(model, decision_request))
         seen.decision = decision
         return JSONResponse(decision.to_json())

@@ -85,13 +85,16 @@ def validation_detail(error: InvalidRequest) -> list[dict[str, JSONValue]]:
     return detail
 
 
+def error_body(error: CanvasreadError, request_id: str) -> dict[str, JSONValue]:
+    """The body of an error response (also the data of a stream's `error` event)."""
+    if isinstance(error, InvalidRequest):
+        return {"detail": list[JSONValue](validation_detail(error))}
+    return {"detail": {"message": error.message, "error_type": error.error_type, "request_id": request_id}}
+
+
 def error_response(error: CanvasreadError, request_id: str) -> JSONResponse:
     headers: dict[str, str] = {}
-    body: dict[str, JSONValue]
-    if isinstance(error, InvalidRequest):
-        body = {"detail": list[JSONValue](validation_detail(error))}
-    else:
-        body = {"detail": {"message": error.message, "error_type": error.error_type, "request_id": request_id}}
+    body = error_body(error, request_id)
     if isinstance(error, Overloaded):
         headers["retry-after-ms"] = str(max(1, round(error.retry_after_s * 1000)))
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))

@@ -50,6 +50,15 @@ _SYSTEM_ONE_BODY = {
     },
 }
 
+# With `Accept: text/event-stream` the answers come as server-sent events (`events.py` says which).
+_EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The answers; as server-sent events (answer, skipped, done, error) with "
+        "`Accept: text/event-stream`",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
 
 def add_routes(app: FastAPI, handlers: Handlers) -> None:
     """Every route of the API, the probes, `/metrics` and the playground."""
@@ -57,7 +66,7 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
     @app.post(
         "/v1/systemone",
         response_model=SystemOneResponse,
-        responses=error_responses(400, 401, 413, 422, 500, 503, 504, 529),
+        responses={**_EVENT_STREAM, **error_responses(400, 401, 413, 422, 500, 503, 504, 529)},
         openapi_extra=_SYSTEM_ONE_BODY,
     )
     async def system_one(request: Request) -> Response:

@@ -19,7 +19,8 @@ from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
 from canvasread.stages.graph import stage_numbers
-from canvasread.types import DecisionRequest, JSONValue
+from canvasread.stages.run import Given
+from canvasread.types import DecisionRequest, Distribution, JSONValue
 from canvasread.wire import parse_request
 
 BUG = {"type": "noul", "instructions": "Is this a bug report?"}
@@ -265,3 +266,20 @@ def test_the_server_answers_422_at_the_offending_key(
     )
     assert response.status_code == 422
     assert [entry["loc"] for entry in response.json()["detail"]] == [loc]
+
+
+def test_a_box_answer_is_told_as_its_edges_and_ask_if_cannot_name_a_box() -> None:
+    box = {"type": "box", "instructions": "Where is the logo?"}
+    assert problems({"logo": box, "x": {**BUG, "ask_if": {"logo": [True]}}}) == [
+        (
+            ("body", "questions", "x", "noul", "ask_if", "logo", 0),
+            "'logo' is a box: its answer is four edges, which ask_if cannot test",
+        )
+    ]
+    _, request = parse_request({"model": "m", "state": "s", "questions": {"logo": box}})
+    edge = (0.0, 0.0, 1.0, 0.0, 0.0)  # certain, at 0.5 on a five-point grid
+    given = Given(request.questions[0], Distribution((), edges=(edge, edge, (1.0, 0, 0, 0, 0), (0, 0, 0, 0, 1.0))))
+    assert given.line() == (
+        "- `logo` (Where is the logo?): box at top 0.50, bottom 0.50, left 0.00, right 1.00 "
+        "(fractions of the image), confidence 1.00"
+    )

@@ -68,6 +68,8 @@ def _reference_problems(
 def _value_problem(target: Question, value: AskIfValue) -> str | None:
     """Why `value` can never be `target`'s answer (None when it can)."""
     names = target.option_names
+    if target.kind == "box":
+        return f"{target.key!r} is a box: its answer is four edges, which ask_if cannot test"
     if target.kind == "noul":
         return None if isinstance(value, bool) else f"{target.key!r} is a noul: its answers are true and false"
     if target.kind == "choice":

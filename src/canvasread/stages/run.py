@@ -9,6 +9,7 @@ text is the question's own instructions, a blank line, then
     - `is_bug` (Is this a bug report?): yes, probability 0.93
     - `team` (Which team?): billing, probability 0.81
     - `anger` (How angry?): level 2 of 0-2 (furious), probability 0.80, expected score 1.73
+    - `logo` (Logo?): box at top 0.10, bottom 0.35, left 0.60, right 0.90 (fractions of the image), confidence 0.72
 
 one line per `depends_on` entry, in the order given, with the calibrated
 probabilities the caller sees (two decimals). Because this is content, the
@@ -18,7 +19,8 @@ A question is skipped, and never read, when a question it waits on was
 skipped, or when an `ask_if` does not hold: the named question's answer (a
 noul's side, a choice's option, a score's most probable level) is not among
 the values, or that answer abstained (below its `min_confidence`). Every
-`ask_if` entry must hold.
+`ask_if` entry must hold. A box's answer is four edges, which no `ask_if`
+value names, so `ask_if` cannot name a box (422).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from canvasread.answers import confidence, expected_score, top_index
+from canvasread.answers import answer_confidence, box_confidence, box_edges, expected_score, top_index
 from canvasread.stages.graph import is_staged, prerequisites, stage_numbers
 from canvasread.types import AskIfValue, DecisionRequest, Distribution, JSONValue, Question
 
@@ -38,11 +40,11 @@ class Given:
     """A question answered in an earlier stage, as the later stages see it."""
 
     question: Question
-    probabilities: tuple[float, ...]
+    distribution: Distribution
 
     @property
     def chosen(self) -> int:
-        return top_index(self.probabilities)
+        return top_index(self.distribution.probabilities)
 
     @property
     def value(self) -> AskIfValue:
@@ -55,11 +57,16 @@ class Given:
     @property
     def abstained(self) -> bool:
         threshold = self.question.min_confidence
-        return threshold is not None and confidence(self.probabilities) < threshold
+        return threshold is not None and answer_confidence(self.question, self.distribution) < threshold
 
     def line(self) -> str:
-        question, p = self.question, self.probabilities[self.chosen]
+        question = self.question
         about = "" if question.instructions is None else f" ({_text(question.instructions)})"
+        if question.kind == "box":
+            edges = ", ".join(f"{edge} {at:.2f}" for edge, at in box_edges(self.distribution.edges).items())
+            confident = box_confidence(self.distribution.edges)
+            return f"- `{question.key}`{about}: box at {edges} (fractions of the image), confidence {confident:.2f}"
+        probabilities = self.distribution.probabilities
         option = question.options[self.chosen]
         if question.kind == "noul":
             said = "yes" if self.value else "no"
@@ -68,9 +75,9 @@ class Given:
         else:
             top = len(question.options) - 1
             said = f"level {self.chosen} of 0-{top} ({_text(option.description)})"
-        line = f"- `{question.key}`{about}: {said}, probability {p:.2f}"
+        line = f"- `{question.key}`{about}: {said}, probability {probabilities[self.chosen]:.2f}"
         if question.kind == "score":
-            line += f", expected score {expected_score(self.probabilities):.2f}"
+            line += f", expected score {expected_score(probabilities):.2f}"
         return line
 
 
@@ -133,7 +140,7 @@ class StageRun:
 
         Later stages are told the question as the caller wrote it, not with its own earlier answers.
         """
-        self._given[key] = Given(self._asked[key], distribution.probabilities)
+        self._given[key] = Given(self._asked[key], distribution)
 
     def _skip_reason(self, question: Question) -> dict[str, JSONValue] | None:
         for name in prerequisites(question):

@@ -30,11 +30,16 @@ JSON = st.recursive(
     JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
 )
 CONTENT = st.text(max_size=30) | st.lists(JSON, max_size=3) | st.dictionaries(st.text(max_size=8), JSON, max_size=3)
+# An empty description is null (as the hosted API treats it), so a noul's only described side must say something.
+DESCRIBED = CONTENT.filter(lambda value: value != "")
 
 NOUL = st.one_of(
     st.fixed_dictionaries({"type": st.just("noul"), "instructions": CONTENT}),
     st.fixed_dictionaries(
-        {"type": st.just("noul"), "criteria": st.fixed_dictionaries({"true": CONTENT}, optional={"false": JSON})}
+        {
+            "type": st.just("noul"),
+            "criteria": st.fixed_dictionaries({"true": DESCRIBED}, optional={"false": st.none() | CONTENT}),
+        }
     ),
 )
 CHOICE = st.fixed_dictionaries(

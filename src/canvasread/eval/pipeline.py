@@ -27,6 +27,9 @@ from canvasread.eval.report import build_report, write_report
 from canvasread.eval.runner import RunResult, http_asker, local_asker, run_items
 from canvasread.types import OrderMode
 
+# Share of decisions `calibrate` holds out: enough to measure ECE before/after on a few hundred decisions.
+DEFAULT_HOLDOUT = 0.3
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -117,7 +120,9 @@ def evaluate(
     return report
 
 
-def calibrate(options: RunOptions, out: Path, *, holdout: float = 0.3, console: Console | None = None) -> Calibration:
+def calibrate(
+    options: RunOptions, out: Path, *, holdout: float = DEFAULT_HOLDOUT, console: Console | None = None
+) -> Calibration:
     """Read the labelled decisions in process, fit temperatures on a hash split, save the file to `out`."""
     if options.url is not None:
         raise ValueError("calibrate runs the model in process (it must hash the weights); use --model, not --url")

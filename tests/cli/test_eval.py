@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from canvasread_cli import assert_one_line_error, canvasread
 
 from canvasread.backends.sparrow import SparrowBackend
 
-BANKING77 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "banking77"
+# A 231-row subset of the test split that ships with the tests (see its SOURCE.txt and LICENSE).
+BANKING77 = Path(__file__).resolve().parents[1] / "data" / "banking77"
 HEADLINE = ("n", "accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms")
-
-
-def canvasread(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "canvasread", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +96,8 @@ def test_calibrate_then_evaluate_with_the_file(slice_path: Path, tmp_path: Path)
 
 def test_eval_refuses_a_calibration_for_a_server_and_bad_data(slice_path: Path, tmp_path: Path) -> None:
     result = canvasread("eval", str(slice_path), "--url", "http://127.0.0.1:9", "--calibration", str(slice_path))
-    assert result.returncode == 1 and "serve --calibration" in result.stdout
+    assert_one_line_error(result, "serve --calibration")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "state": "s", "question": {"type": "noul", "instructions": "?"}, "expected": "maybe"}\n')
     result = canvasread("eval", str(bad), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1 and "bad.jsonl:1" in result.stdout
+    assert_one_line_error(result, "bad.jsonl:1")

@@ -6,14 +6,25 @@ import os
 import subprocess
 import sys
 
+# `python -c` stand-in for the console script, with some packages made unimportable first.
+WITHOUT = "import sys; sys.modules.update(dict.fromkeys({blocked!r})); sys.argv[0] = 'canvasread'; " + (
+    "from canvasread.cli import main; main()"
+)
 
-def canvasread(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m canvasread ARGS` with a clean environment (PYTHONPATH kept, so a worktree's sources win)."""
+
+def canvasread(
+    *args: str, stdin: str | None = None, timeout: float = 300, without: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`python -m canvasread ARGS` with a clean environment (PYTHONPATH kept, so a worktree's sources win).
+
+    `without` names packages to hide, as on a machine where that extra is not installed.
+    """
     env = {"COLUMNS": "160", "PATH": "/usr/bin:/bin"}
     if "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    start = ["-c", WITHOUT.format(blocked=list(without))] if without else ["-m", "canvasread"]
     return subprocess.run(
-        [sys.executable, "-m", "canvasread", *args],
+        [sys.executable, *start, *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -18,6 +18,17 @@ Holdout = Annotated[float, typer.Option(metavar="SHARE", help="Share of decision
 Seed = Annotated[int, typer.Option(metavar="N", help="Seed of the fit/held-out split.")]
 
 
+METRICS = {"ece": "ECE", "log_loss": "log loss", "brier": "Brier"}
+
+
+def _changes(held: dict[str, float]) -> list[str]:
+    """Each metric as `before → after`, or — where the bucket held nothing out."""
+    return [
+        f"{held[f'{key}_before']:.4f} → {held[f'{key}_after']:.4f}" if f"{key}_before" in held else "—"
+        for key in METRICS
+    ]
+
+
 def calibrate(
     data: Data,
     out: Out = Path("calibration.json"),
@@ -33,11 +44,13 @@ def calibrate(
 
     options = RunOptions(data, model, None, RunOptions.api_key, order, concurrency, limit, seed, command_line())
     result = fit(options, out, holdout=holdout)
-    table = Table("bucket", "fit", "held out", "temperature", "ECE before", "ECE after", title=result.model)
+    table = Table(
+        "bucket", "fit", "held out", "temperature", *METRICS.values(), title=f"{result.model}: held out, before → after"
+    )
+    held_out = result.fit["held_out"]
     for name, entry in result.fit["buckets"].items():
-        held = entry["held_out"]
         temperature = "—" if entry["temperature"] is None else f"{entry['temperature']:.3f}"
-        before, after = (f"{held[k]:.4f}" if k in held else "—" for k in ("ece_before", "ece_after"))
-        table.add_row(name, str(entry["n_fit"]), str(entry["n_held_out"]), temperature, before, after)
+        table.add_row(name, str(entry["n_fit"]), str(entry["n_held_out"]), temperature, *_changes(entry["held_out"]))
+    table.add_row("all", "", str(held_out.get("n", 0)), "", *_changes(held_out))
     console.print(table)
     console.print(f"wrote {out} (fingerprint {result.fingerprint})")

@@ -39,7 +39,7 @@ MinConfidence = Annotated[
 Seed = Annotated[int, typer.Option(metavar="N", help="Seed of the order check's shuffles.")]
 
 
-def print_report(report: dict[str, Any], written: list[Path]) -> None:
+def print_report(report: dict[str, Any], written: tuple[Path, ...]) -> None:
     table = Table("metric", "value", title=f"{report['run']['model']}: {report['n']} decisions")
     for key in (*HEADLINE, *ORDER_CHECK):
         if report.get(key) is not None:
@@ -66,5 +66,5 @@ def eval_command(
     from canvasread.eval.pipeline import evaluate
 
     options = RunOptions(data, model, url, api_key, order, concurrency, limit, seed, command_line())
-    report = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
-    print_report(report, [out / "report.json", out / "report.md", out / "reliability.png"])
+    done = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
+    print_report(done.report, done.written)

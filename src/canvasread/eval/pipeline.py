@@ -126,7 +126,7 @@ def evaluate(
     }
     report = build_report(result, run, order_check)
     write_report(report, out)
-    written = (out / "report.json", out / "report.md")
+    written: tuple[Path, ...] = (out / "report.json", out / "report.md")
     if plot:
         title = f"{report['run']['model']} on {options.data.name}: n={report['n']}, ECE={report['ece']:.4f}"
         reliability_diagram(report["ece_bins"], title, out / "reliability.png")

@@ -8,22 +8,50 @@ model needs them, so the base install serves the embedded default without them.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import Decider, DeciderSettings
-from canvasread.errors import MissingExtra
+from canvasread.errors import MissingExtra, ModelNotFound, NotReady
 
 if TYPE_CHECKING:
     from canvasread.canvas.vllm.settings import UpstreamSettings
 
 
+def _sparrow(spec: str) -> SparrowBackend:
+    """The backend, once its name resolves to a model file: an unknown name can never load."""
+    backend = SparrowBackend(spec)
+    try:
+        backend.fingerprint  # noqa: B018 (resolves the name to its file and hashes it, ~2 MB)
+    except FileNotFoundError as error:
+        raise ModelNotFound(str(error)) from None
+    return backend
+
+
+def _check_local_checkpoint(spec: str) -> None:
+    """A spec written as a path (or naming something that exists) must be a checkpoint folder; else a hub id."""
+    folder = Path(spec)
+    if not (spec.startswith(("/", "./", "../")) or folder.exists()):
+        return
+    if not folder.is_dir():
+        raise ModelNotFound(f"no checkpoint folder {spec!r}: give a DiffusionGemma folder, a hub id or a sparrow name")
+    if not (folder / "config.json").is_file():
+        raise ModelNotFound(f"{spec} has no config.json: it is not a DiffusionGemma checkpoint folder")
+
+
 def backends_for(spec: str, engine: EngineSettings = EngineSettings()) -> list[AnyBackend]:
-    """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id."""
+    """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id.
+
+    What can be known without loading is checked here, so `serve` refuses a model
+    that can never load before it binds: an unknown sparrow name, a missing
+    folder, a missing extra. A slow but valid load happens behind the open port.
+    """
     if is_sparrow_model(spec):
-        return [SparrowBackend(spec)]
+        return [_sparrow(spec)]
+    _check_local_checkpoint(spec)
     missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
     if missing:
         raise MissingExtra(f"serving {spec!r} needs {' and '.join(missing)}: pip install 'canvasread[diffusion]'")
@@ -58,5 +86,5 @@ def open_decider(
     if load:
         decider.load()
         if not decider.ready:
-            raise RuntimeError("; ".join(decider.not_ready_reasons()))
+            raise NotReady("; ".join(decider.not_ready_reasons()))
     return decider

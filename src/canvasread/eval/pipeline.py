@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from canvasread.backends.base import HasFingerprint
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
@@ -22,10 +23,13 @@ from canvasread.decide import DEFAULT_ALIASES, Decider
 from canvasread.errors import CalibrationMismatch
 from canvasread.eval.calibrate import fit_calibration
 from canvasread.eval.dataset import EvalItem, load_items
-from canvasread.eval.plots import reliability_diagram, require_matplotlib
+from canvasread.eval.plots import PLOT_NEEDS, can_plot, reliability_diagram
 from canvasread.eval.report import build_report, write_report
 from canvasread.eval.runner import RunResult, http_asker, local_asker, run_items
 from canvasread.types import OrderMode
+
+# Share of decisions `calibrate` holds out: enough to measure ECE before/after on a few hundred decisions.
+DEFAULT_HOLDOUT = 0.3
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,14 @@ def _run_record(options: RunOptions, items: list[EvalItem]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """The report and the files written (reliability.png only when matplotlib is installed)."""
+
+    report: dict[str, Any]
+    written: tuple[Path, ...]
+
+
 def evaluate(
     options: RunOptions,
     out: Path,
@@ -94,10 +106,12 @@ def evaluate(
     min_confidence: float | None = None,
     calibration: Path | None = None,
     console: Console | None = None,
-) -> dict[str, Any]:
-    """Ask every decision, then write report.json, report.md and reliability.png to `out`; returns the report."""
-    require_matplotlib()
+) -> Evaluation:
+    """Ask every decision, then write report.json, report.md and (with matplotlib) reliability.png to `out`."""
     console = console or Console(stderr=True)
+    plot = can_plot()
+    if not plot:
+        console.print(f"[yellow]warning:[/yellow] {escape(PLOT_NEEDS)}; writing report.json and report.md only")
     if options.url is not None and calibration is not None:
         raise ValueError("--calibration applies in process; for a server, start it with `serve --calibration`")
     items = load_items(options.data, options.limit)
@@ -112,12 +126,17 @@ def evaluate(
     }
     report = build_report(result, run, order_check)
     write_report(report, out)
-    title = f"{report['run']['model']} on {options.data.name}: n={report['n']}, ECE={report['ece']:.4f}"
-    reliability_diagram(report["ece_bins"], title, out / "reliability.png")
-    return report
+    written: tuple[Path, ...] = (out / "report.json", out / "report.md")
+    if plot:
+        title = f"{report['run']['model']} on {options.data.name}: n={report['n']}, ECE={report['ece']:.4f}"
+        reliability_diagram(report["ece_bins"], title, out / "reliability.png")
+        written += (out / "reliability.png",)
+    return Evaluation(report, written)
 
 
-def calibrate(options: RunOptions, out: Path, *, holdout: float = 0.3, console: Console | None = None) -> Calibration:
+def calibrate(
+    options: RunOptions, out: Path, *, holdout: float = DEFAULT_HOLDOUT, console: Console | None = None
+) -> Calibration:
     """Read the labelled decisions in process, fit temperatures on a hash split, save the file to `out`."""
     if options.url is not None:
         raise ValueError("calibrate runs the model in process (it must hash the weights); use --model, not --url")

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from canvasread_cli import assert_one_line_error, canvasread
 
 from canvasread.backends.sparrow import SparrowBackend
 
-BANKING77 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "banking77"
+# A 231-row subset of the test split that ships with the tests (see its SOURCE.txt and LICENSE).
+BANKING77 = Path(__file__).resolve().parents[1] / "data" / "banking77"
 HEADLINE = ("n", "accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms")
-
-
-def canvasread(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "canvasread", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +82,11 @@ def test_calibrate_then_evaluate_with_the_file(slice_path: Path, tmp_path: Path)
     held_out = calibration["fit"]["held_out"]
     assert held_out["n"] == calibration["fit"]["buckets"]["choice/65-128"]["n_held_out"] > 0
     assert held_out["log_loss_after"] != held_out["log_loss_before"]
-    assert "choice/65-128" in result.stdout and "ECE after" in result.stdout
+    assert "choice/65-128" in result.stdout
+    for column in ("ECE", "log loss", "Brier"):
+        assert column in result.stdout
+    before, after = held_out["log_loss_before"], held_out["log_loss_after"]
+    assert f"{before:.4f} → {after:.4f}" in result.stdout  # the `all` row: log loss before → after
 
     plain, calibrated = tmp_path / "plain", tmp_path / "calibrated"
     for out, extra in ((plain, ()), (calibrated, ("--calibration", str(path)))):
@@ -106,8 +100,27 @@ def test_calibrate_then_evaluate_with_the_file(slice_path: Path, tmp_path: Path)
 
 def test_eval_refuses_a_calibration_for_a_server_and_bad_data(slice_path: Path, tmp_path: Path) -> None:
     result = canvasread("eval", str(slice_path), "--url", "http://127.0.0.1:9", "--calibration", str(slice_path))
-    assert result.returncode == 1 and "serve --calibration" in result.stdout
+    assert_one_line_error(result, "serve --calibration")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "state": "s", "question": {"type": "noul", "instructions": "?"}, "expected": "maybe"}\n')
     result = canvasread("eval", str(bad), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1 and "bad.jsonl:1" in result.stdout
+    assert_one_line_error(result, "bad.jsonl:1")
+
+
+def test_eval_without_matplotlib_writes_the_reports_and_says_what_the_plot_needs(
+    slice_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    result = canvasread("eval", str(slice_path), "--limit", "3", "--out", str(out), without=("matplotlib",))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert result.stderr.lstrip().startswith("warning: the reliability diagram needs matplotlib")  # said first
+    assert "pip install 'canvasread[plots]'" in result.stderr
+    assert _report(out)["n"] == 3 and "| accuracy |" in (out / "report.md").read_text()
+    assert not (out / "reliability.png").exists() and "reliability.png" not in result.stdout
+
+
+def test_banking77_needs_its_source_folder(tmp_path: Path) -> None:
+    """No default that points outside the repository: the folder is named on the command line (issue 15.1)."""
+    result = canvasread("banking77", str(tmp_path / "out.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--source" in result.stderr and not (tmp_path / "out.jsonl").exists()

@@ -1,0 +1,200 @@
+"""`canvasread ask`: questions from flags or a file, answered in process or by a running server."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+from rich.markup import escape
+from rich.table import Table
+
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.catalog import open_decider
+from canvasread.cli.errors import UserError, console
+from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_MODEL, ApiKey, ModelSpec, RemoteUrl
+from canvasread.decide import DEFAULT_ALIASES
+
+# Seconds one request may take over HTTP: the server's own default deadline, plus a little for the network.
+HTTP_TIMEOUT_S = 130.0
+# Where in click's per-invocation scratch space the flags' order is kept.
+FLAG_ORDER = "canvasread.flag_order"
+
+
+class OrderedCommand(typer.core.TyperCommand):
+    """Remembers the order flags came in, so each -o and -l can attach to the question before it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own (vendored) click Context
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        ctx.meta[FLAG_ORDER] = [param.name for param in order]
+        return super().parse_args(ctx, args)
+
+
+def _option(text: str) -> tuple[str, str | None]:
+    name, _, description = text.partition("=")
+    return name.strip(), (description.strip() or None)
+
+
+QUESTION_FLAGS = {"noul": dict, "choice": dict, "score": list}  # each kind with the shape of its criteria
+ATTACHED_FLAGS = {"option": ("choice", "-o/--option"), "level": ("score", "-l/--level")}
+
+
+def questions_from_flags(order: list[str], values: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """The questions map the flags describe, in the order given; each -o/-l attaches to the question before it.
+
+    `order` names each flag occurrence (click's parse order); `values` holds each flag's values in that order.
+    A kind asked once keeps its plain key (`choice`); asked several times, its keys are numbered (`choice_2`).
+    """
+    remaining = {name: list(items) for name, items in values.items()}
+    seen = dict.fromkeys(QUESTION_FLAGS, 0)
+    questions: dict[str, dict[str, Any]] = {}
+    last: dict[str, Any] | None = None
+    for name in order:
+        if name in QUESTION_FLAGS:
+            seen[name] += 1
+            key = name if len(values[name]) == 1 else f"{name}_{seen[name]}"
+            last = {"type": name, "instructions": remaining[name].pop(0)}
+            if name != "noul":
+                last["criteria"] = QUESTION_FLAGS[name]()
+            questions[key] = last
+        elif name in ATTACHED_FLAGS:
+            kind, flag = ATTACHED_FLAGS[name]
+            text = remaining[name].pop(0)
+            if last is None or last["type"] != kind:
+                raise UserError(f"{flag} {text!r} needs a --{kind} question before it")
+            if kind == "choice":
+                last["criteria"].update([_option(text)])
+            else:
+                last["criteria"].append(text)
+    return questions
+
+
+def _read_body(file: Path | None) -> dict[str, Any]:
+    """A --file: a full request body, or just its questions map."""
+    if file is None:
+        return {}
+    try:
+        loaded = json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise UserError(f"{file} is not valid JSON: {error}") from None
+    if not isinstance(loaded, dict):
+        raise UserError(
+            f"{file} holds a JSON {type(loaded).__name__}; give a request body or a questions map (an object)"
+        )
+    return loaded if "questions" in loaded else {"questions": loaded}
+
+
+def _state(argument: str | None, body: dict[str, Any], as_json: bool) -> Any:
+    """The state from the argument ('-' is stdin), else from the file's body."""
+    text = sys.stdin.read() if argument == "-" else argument
+    value = body.get("state", body.get("document")) if text is None else text
+    if value is None:
+        raise UserError("no state: pass it as an argument, '-' for stdin, or in --file")
+    if as_json and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as error:
+            raise UserError(f"--state-json: the state is not valid JSON: {error}") from None
+    return value
+
+
+def _answer(url: str | None, api_key: str, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The response body, from the server at `url` or from the model run here."""
+    if url is not None:
+        from canvasread.cli.client import call
+
+        return call("POST", url, "/v1/systemone", api_key, body={"model": model, **body}, timeout_s=HTTP_TIMEOUT_S)
+    decider = open_decider((DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model,))
+    state, questions = body.pop("state"), body.pop("questions")
+    response: dict[str, Any] = decider.ask(state, questions, **body)
+    return response
+
+
+def _bar(p: float, width: int = 20) -> str:
+    filled = round(p * width)
+    return "█" * filled + "·" * (width - filled)
+
+
+def _summary(answer: dict[str, Any]) -> tuple[str, dict[str, float]]:
+    """The answer in words, and the probabilities to draw, labelled as the question named them."""
+    if answer["type"] == "noul":
+        p = answer["noul"]
+        return f"{'yes' if p >= 0.5 else 'no'}\nP(yes) {p:.3f}", {"yes": p, "no": 1.0 - p}
+    if answer["type"] == "choice":
+        return f"{answer['choice']}\nconfidence {answer['confidence']:.2f}", answer["probabilities"]
+    legend = answer.get("legend", {})
+    named = {legend.get(index, index): p for index, p in answer["probabilities"].items()}
+    nearest = legend.get(str(round(answer["score"])), str(round(answer["score"])))
+    return f"{nearest} (score {answer['score']:.2f})\nconfidence {answer['confidence']:.2f}", named
+
+
+def print_answers(response: dict[str, Any], questions: dict[str, dict[str, Any]]) -> None:
+    table = Table(title=f"model {response['model']}", show_lines=True)
+    table.add_column("question", ratio=1)
+    table.add_column("answer")
+    table.add_column("probabilities", no_wrap=True)
+    for key, answer in response["answers"].items():
+        summary, rows = _summary(answer)
+        if answer.get("abstain"):
+            summary += "\nabstain"
+        width = min(24, max(len(str(name)) for name in rows))
+        bars = "\n".join(f"{str(name)[:width]:>{width}} {_bar(p)} {p:.3f}" for name, p in rows.items())
+        table.add_row(escape(str(questions.get(key, {}).get("instructions") or key)), escape(summary), escape(bars))
+    console.print(table)
+    usage = response["usage"]
+    console.print(f"usage: {usage['input_tokens']} input tokens, {usage['output_tokens']} output tokens")
+
+
+State = Annotated[str | None, typer.Argument(metavar="STATE", help="The state (text); '-' reads standard input.")]
+Noul = Annotated[list[str] | None, typer.Option(metavar="TEXT", help="A yes/no question (repeatable).")]
+Choice = Annotated[
+    list[str] | None, typer.Option(metavar="TEXT", help="A pick-one question (repeatable); its options follow as -o.")
+]
+Options = Annotated[
+    list[str] | None,
+    typer.Option("--option", "-o", metavar="NAME[=DESCRIPTION]", help="An option of the --choice before it."),
+]
+Score = Annotated[
+    list[str] | None, typer.Option(metavar="TEXT", help="A score question (repeatable); its levels follow as -l.")
+]
+Levels = Annotated[
+    list[str] | None,
+    typer.Option("--level", "-l", metavar="TEXT", help="A level of the --score before it, lowest first."),
+]
+File = Annotated[Path | None, typer.Option(metavar="PATH", help="JSON file: a full request body or a questions map.")]
+StateJson = Annotated[bool, typer.Option(help="Parse the state as JSON.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the raw response.")]
+
+
+def ask(
+    ctx: typer.Context,
+    state: State = None,
+    noul: Noul = None,
+    choice: Choice = None,
+    option: Options = None,
+    score: Score = None,
+    level: Levels = None,
+    file: File = None,
+    state_json: StateJson = False,
+    url: RemoteUrl = None,
+    model: ModelSpec = DEFAULT_MODEL,
+    api_key: ApiKey = DEFAULT_API_KEY,
+    as_json: AsJson = False,
+) -> None:
+    """Ask questions about a state and print the answers with probability bars."""
+    body = _read_body(file)
+    flags = {"noul": noul, "choice": choice, "option": option, "score": score, "level": level}
+    asked = questions_from_flags(ctx.meta.get(FLAG_ORDER, []), {k: v or [] for k, v in flags.items()})
+    questions = {**body.get("questions", {}), **asked}
+    if not questions:
+        raise UserError("no questions: use --noul, --choice with -o, --score with -l, or --file")
+    extensions = {k: v for k, v in body.items() if k not in ("questions", "state", "document", "model")}
+    request = {"state": _state(state, body, state_json), "questions": questions, **extensions}
+    response = _answer(url, api_key, model, request)
+    if as_json:
+        sys.stdout.write(json.dumps(response, ensure_ascii=False, indent=2) + "\n")
+    else:
+        print_answers(response, questions)

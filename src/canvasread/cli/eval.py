@@ -1,0 +1,70 @@
+"""`canvasread eval`: score a model on labelled decisions and write the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from canvasread.cli.errors import console
+from canvasread.cli.options import (
+    DEFAULT_API_KEY,
+    DEFAULT_MODEL,
+    ApiKey,
+    Concurrency,
+    Limit,
+    ModelSpec,
+    Order,
+    RemoteUrl,
+    command_line,
+)
+from canvasread.eval.pipeline import RunOptions
+
+HEADLINE = ("accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms", "abstentions", "errors")
+ORDER_CHECK = ("flip_rate", "mean_probability_shift")
+
+Data = Annotated[
+    Path, typer.Argument(metavar="DATA", help="JSONL of labelled decisions (`canvasread banking77` writes one).")
+]
+Out = Annotated[Path, typer.Option(metavar="DIR", help="Folder for report.json, report.md and reliability.png.")]
+Calibration = Annotated[Path | None, typer.Option(metavar="PATH", help="In process: apply this calibration file.")]
+OrderCheck = Annotated[
+    bool, typer.Option(help="Re-ask choice questions with options reversed and shuffled; report flips.")
+]
+MinConfidence = Annotated[
+    float | None, typer.Option(metavar="P", help="Set min_confidence on questions that lack it; count abstentions.")
+]
+Seed = Annotated[int, typer.Option(metavar="N", help="Seed of the order check's shuffles.")]
+
+
+def print_report(report: dict[str, Any], written: tuple[Path, ...]) -> None:
+    table = Table("metric", "value", title=f"{report['run']['model']}: {report['n']} decisions")
+    for key in (*HEADLINE, *ORDER_CHECK):
+        if report.get(key) is not None:
+            table.add_row(key, f"{report[key]:.4g}" if isinstance(report[key], float) else str(report[key]))
+    console.print(table)
+    console.print(f"wrote {', '.join(str(path) for path in written)}")
+
+
+def eval_command(
+    data: Data,
+    out: Out = Path("eval"),
+    url: RemoteUrl = None,
+    model: ModelSpec = DEFAULT_MODEL,
+    api_key: ApiKey = DEFAULT_API_KEY,
+    calibration: Calibration = None,
+    order: Order = RunOptions.order,
+    order_check: OrderCheck = False,
+    min_confidence: MinConfidence = None,
+    concurrency: Concurrency = RunOptions.concurrency,
+    limit: Limit = RunOptions.limit,
+    seed: Seed = RunOptions.seed,
+) -> None:
+    """Score a model on labelled decisions: accuracy, ECE, Brier, log loss, latency, order stability."""
+    from canvasread.eval.pipeline import evaluate
+
+    options = RunOptions(data, model, url, api_key, order, concurrency, limit, seed, command_line())
+    done = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
+    print_report(done.report, done.written)

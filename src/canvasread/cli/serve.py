@@ -1,0 +1,366 @@
+"""`canvasread serve`: flags become settings objects, settings go to `open_decider` and `create_app`.
+
+Each group of flags (a help panel) has one builder that turns it into the
+settings object the library checks; `serve` only wires them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from canvasread import __version__
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.batching import BatchSettings
+from canvasread.calibration import Calibration
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.catalog import open_decider
+from canvasread.cli.errors import console, warn
+from canvasread.cli.options import flag_groups
+from canvasread.decide import Decider, DeciderSettings
+from canvasread.settings import ImageLimits, LogFormat, ServerSettings
+
+# uvicorn's own default; `debug` and `trace` show every connection.
+DEFAULT_LOG_LEVEL = "info"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MODELS, UPSTREAM, BATCHING, SERVER, LIMITS = "Models", "vLLM upstream (--upstream)", "Batching", "Server", "Limits"
+
+Models = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model",
+        metavar="MODEL",
+        rich_help_panel=MODELS,
+        show_default=DEFAULT_SPARROW_MODEL,
+        help="An embedded sparrow model name, or a DiffusionGemma folder or hub id. "
+        "Repeat to serve several; the first is the default (alias jev-latest).",
+    ),
+]
+Aliases = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--alias",
+        metavar="NAME=MODEL",
+        rich_help_panel=MODELS,
+        help="Another name for a served model (repeatable); may replace a built-in alias such as jev-preview. "
+        "Listed by /v1/models.",
+    ),
+]
+Device = Annotated[
+    str | None,
+    typer.Option(metavar="DEVICE", rich_help_panel=MODELS, help="torch device (default: cuda if present)."),
+]
+Dtype = Annotated[
+    str | None,
+    typer.Option(metavar="DTYPE", rich_help_panel=MODELS, help="torch dtype (default: bfloat16 on GPU, else float32)."),
+]
+Experts = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KERNEL", rich_help_panel=MODELS, help="transformers experts kernel: eager, batched_mm, grouped_mm."
+    ),
+]
+RandomWeights = Annotated[
+    float | None,
+    typer.Option(
+        metavar="STD",
+        rich_help_panel=MODELS,
+        help="Build the model from its config with N(0, STD) weights (speed tests).",
+    ),
+]
+NaiveBaseline = Annotated[
+    bool,
+    typer.Option(
+        rich_help_panel=MODELS, help="Also serve <model>-naive: plain transformers forwards on the same weights."
+    ),
+]
+Gpus = Annotated[
+    int,
+    typer.Option(metavar="N", rich_help_panel=MODELS, help="Replicas, one per GPU (cuda:0..N-1); batches are split."),
+]
+Calibrations = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--calibration",
+        metavar="PATH",
+        rich_help_panel=MODELS,
+        help="Calibration file from `canvasread calibrate`, applied to its model's answers (repeatable).",
+    ),
+]
+Upstreams = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--upstream",
+        metavar="URL",
+        rich_help_panel=UPSTREAM,
+        help="Read canvases through the vLLM server at this URL (repeatable: each request goes to the "
+        "least-loaded healthy one). Serves --upstream-model as the default model; needs --tokenizer.",
+    ),
+]
+UpstreamModel = Annotated[
+    str, typer.Option(metavar="NAME", rich_help_panel=UPSTREAM, help="The name vLLM serves it under.")
+]
+Tokenizer = Annotated[
+    str | None, typer.Option(metavar="PATH", rich_help_panel=UPSTREAM, help="The model's tokenizer (folder or hub id).")
+]
+CanvasLength = Annotated[
+    int, typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="vLLM's --diffusion-config canvas_length.")
+]
+MaxModelLen = Annotated[
+    int | None,
+    typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="Most prompt plus canvas tokens (default: vLLM's)."),
+]
+UpstreamTimeout = Annotated[
+    float, typer.Option(metavar="SECONDS", rich_help_panel=UPSTREAM, help="Per upstream call, before failing over.")
+]
+UpstreamConcurrency = Annotated[
+    int, typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="Upstream calls in flight.")
+]
+MaxBatch = Annotated[int, typer.Option(metavar="N", rich_help_panel=BATCHING, help="Most requests read in one batch.")]
+MaxWait = Annotated[
+    float, typer.Option(metavar="MS", rich_help_panel=BATCHING, help="How long a batch waits for more.")
+]
+Linger = Annotated[
+    float,
+    typer.Option(
+        metavar="MS",
+        rich_help_panel=BATCHING,
+        help="How long a batch waits for accepted requests still being prepared.",
+    ),
+]
+MaxPending = Annotated[
+    int, typer.Option(metavar="N", rich_help_panel=BATCHING, help="Requests in flight per model before answering 529.")
+]
+Timeout = Annotated[
+    float | None, typer.Option(metavar="SECONDS", rich_help_panel=BATCHING, help="Per-request deadline (504 past it).")
+]
+Round = Annotated[
+    int | None,
+    typer.Option(
+        "--round",
+        metavar="DIGITS",
+        rich_help_panel=BATCHING,
+        help="Round numbers to this many decimals (2: the hosted API).",
+    ),
+]
+Host = Annotated[str, typer.Option(metavar="HOST", rich_help_panel=SERVER, help="Interface to bind.")]
+Port = Annotated[int, typer.Option(metavar="PORT", rich_help_panel=SERVER, help="Port to bind.")]
+ApiKeys = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--api-key",
+        metavar="KEY",
+        rich_help_panel=SERVER,
+        help="Require this key as `Authorization: Bearer KEY` (repeatable; also CANVASREAD_API_KEYS).",
+    ),
+]
+ApiKeysFile = Annotated[
+    Path | None,
+    typer.Option(
+        exists=True, dir_okay=False, metavar="PATH", rich_help_panel=SERVER, help="File of API keys, one a line."
+    ),
+]
+CorsOrigins = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors-origin",
+        metavar="ORIGIN",
+        rich_help_panel=SERVER,
+        help="Let pages from this origin call the API (repeatable).",
+    ),
+]
+ShutdownTimeout = Annotated[
+    int, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Time in-flight requests get after SIGTERM.")
+]
+LogLevel = Annotated[str, typer.Option(metavar="LEVEL", rich_help_panel=SERVER, help="uvicorn log level.")]
+LogFormatFlag = Annotated[
+    LogFormat, typer.Option(rich_help_panel=SERVER, help="text for people, json (one object a line) for log shippers.")
+]
+LogPayloads = Annotated[
+    bool,
+    typer.Option(rich_help_panel=SERVER, help="Also log each request's state and answers (may hold personal data)."),
+]
+
+
+def _limit(metavar: str, help: str) -> typer.models.OptionInfo:
+    option: typer.models.OptionInfo = typer.Option(metavar=metavar, rich_help_panel=LIMITS, help=help)
+    return option
+
+
+MaxBody = Annotated[int, _limit("BYTES", "Largest body, before and after decompression (413).")]
+MaxQuestions = Annotated[int, _limit("N", "Most questions in one request.")]
+MaxOptions = Annotated[int, _limit("N", "Most options in one choice question.")]
+MaxLevels = Annotated[int, _limit("N", "Most levels in one score question.")]
+MaxDepth = Annotated[int, _limit("N", "Deepest nesting of arrays and objects in a body.")]
+MaxImages = Annotated[int, _limit("N", "Most images in one request.")]
+MaxImageBytes = Annotated[int, _limit("BYTES", "Largest image file.")]
+MaxImagePixels = Annotated[int, _limit("N", "Most pixels (width x height) in one image.")]
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """What to serve and how to run it in process."""
+
+    model: Models = None
+    alias: Aliases = None
+    device: Device = EngineSettings.device
+    dtype: Dtype = EngineSettings.dtype
+    experts: Experts = EngineSettings.experts
+    random_weights: RandomWeights = EngineSettings.random_init_std
+    naive_baseline: NaiveBaseline = EngineSettings.naive_baseline
+    gpus: Gpus = EngineSettings.gpus
+    calibration: Calibrations = None
+
+    def specs(self, upstream: UpstreamSettings | None) -> tuple[str, ...]:
+        """The models to serve beside the upstream one: the embedded default when nothing is named."""
+        return tuple(self.model or (() if upstream else (DEFAULT_SPARROW_MODEL,)))
+
+    def aliases(self) -> tuple[tuple[str, str], ...]:
+        """--alias NAME=MODEL pairs, checked for shape here and for meaning by `DeciderSettings` and the decider."""
+        pairs = []
+        for value in self.alias or ():
+            name, equals, model = value.partition("=")
+            if not equals:
+                raise ValueError(f"--alias takes NAME=MODEL, not {value!r}")
+            pairs.append((name.strip(), model.strip()))
+        return tuple(pairs)
+
+    def engine(self) -> EngineSettings:
+        return EngineSettings(
+            self.device, self.dtype, self.experts, self.random_weights, self.naive_baseline, self.gpus
+        )
+
+
+@dataclass(frozen=True)
+class UpstreamFlags:
+    """Where vLLM runs and how to talk to it."""
+
+    upstream: Upstreams = None
+    upstream_model: UpstreamModel = UpstreamSettings.model
+    tokenizer: Tokenizer = None
+    upstream_canvas_length: CanvasLength = UpstreamSettings.canvas_length
+    upstream_max_model_len: MaxModelLen = UpstreamSettings.max_model_len
+    upstream_timeout: UpstreamTimeout = UpstreamSettings.timeout_s
+    upstream_concurrency: UpstreamConcurrency = UpstreamSettings.concurrency
+
+    def settings(self) -> UpstreamSettings | None:
+        """None without --upstream (the other flags of the group are then unused)."""
+        if not self.upstream:
+            return None
+        return UpstreamSettings(
+            urls=tuple(self.upstream),
+            tokenizer=self.tokenizer or "",
+            model=self.upstream_model,
+            canvas_length=self.upstream_canvas_length,
+            max_model_len=self.upstream_max_model_len,
+            timeout_s=self.upstream_timeout,
+            concurrency=self.upstream_concurrency,
+        )
+
+
+@dataclass(frozen=True)
+class BatchFlags:
+    """How requests are grouped into reads, and how long each may take."""
+
+    max_batch: MaxBatch = BatchSettings.max_batch
+    max_wait_ms: MaxWait = BatchSettings.max_wait_s * 1000.0
+    linger_ms: Linger = BatchSettings.linger_s * 1000.0
+    max_pending: MaxPending = BatchSettings.max_pending
+    timeout: Timeout = DeciderSettings.timeout_s
+    round_to: Round = DeciderSettings.decimals
+
+    def settings(self, aliases: tuple[tuple[str, str], ...]) -> DeciderSettings:
+        batch = BatchSettings(self.max_batch, self.max_wait_ms / 1000.0, self.max_pending, self.linger_ms / 1000.0)
+        return DeciderSettings(decimals=self.round_to, batch=batch, timeout_s=self.timeout, aliases=aliases)
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """The listening socket, who may call it, and what it logs."""
+
+    host: Host = ServerSettings.host
+    port: Port = ServerSettings.port
+    api_key: ApiKeys = None
+    api_keys_file: ApiKeysFile = None
+    cors_origin: CorsOrigins = None
+    shutdown_timeout: ShutdownTimeout = ServerSettings.shutdown_timeout_s
+    log_level: LogLevel = DEFAULT_LOG_LEVEL
+    log_format: LogFormatFlag = ServerSettings.log_format
+    log_payloads: LogPayloads = ServerSettings.log_payloads
+
+
+@dataclass(frozen=True)
+class LimitFlags:
+    """What one request may hold."""
+
+    max_body_bytes: MaxBody = ServerSettings.max_body_bytes
+    max_questions: MaxQuestions = ServerSettings.max_questions
+    max_options: MaxOptions = ServerSettings.max_options
+    max_levels: MaxLevels = ServerSettings.max_levels
+    max_json_depth: MaxDepth = ServerSettings.max_json_depth
+    max_images: MaxImages = ImageLimits.max_images
+    max_image_bytes: MaxImageBytes = ImageLimits.max_bytes
+    max_image_pixels: MaxImagePixels = ImageLimits.max_pixels
+
+
+def _server_settings(server: ServerFlags, limits: LimitFlags) -> ServerSettings:
+    from canvasread.server.auth import collect_api_keys
+
+    return ServerSettings(
+        host=server.host,
+        port=server.port,
+        log_format=server.log_format,
+        log_payloads=server.log_payloads,
+        api_keys=collect_api_keys(server.api_key or (), keys_file=server.api_keys_file),
+        cors_origins=tuple(server.cors_origin or ()),
+        max_body_bytes=limits.max_body_bytes,
+        max_questions=limits.max_questions,
+        max_options=limits.max_options,
+        max_levels=limits.max_levels,
+        max_json_depth=limits.max_json_depth,
+        images=ImageLimits(limits.max_images, limits.max_image_bytes, limits.max_image_pixels),
+        shutdown_timeout_s=server.shutdown_timeout,
+    )
+
+
+@flag_groups
+def serve(
+    models: ModelFlags, upstream: UpstreamFlags, batching: BatchFlags, server: ServerFlags, limits: LimitFlags
+) -> None:
+    """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
+    upstream_settings = upstream.settings()
+    settings = batching.settings(models.aliases())
+    decider = open_decider(
+        models.specs(upstream_settings), settings, models.engine(), load=False, upstream=upstream_settings
+    )
+    for path in models.calibration or []:
+        decider.use_calibration(Calibration.load(path))
+    _run(decider, _server_settings(server, limits), server.log_level)
+
+
+def _run(decider: Decider, server: ServerSettings, log_level: str) -> None:
+    """Say what is served and to whom, then bind: models load behind the open port."""
+    import uvicorn
+
+    from canvasread.server.app import create_app
+    from canvasread.server.logs import logging_config
+
+    names = ", ".join(served.card.name for served in decider.served)
+    console.print(f"canvasread {__version__} on http://{server.host}:{server.port} serving {names}")
+    if server.api_keys:
+        console.print(f"API keys required ({len(server.api_keys)} configured)")
+    elif server.host not in LOOPBACK:
+        warn(f"no API keys: anyone who can reach {server.host}:{server.port} can use it")
+    uvicorn.run(
+        create_app(decider, server),
+        host=server.host,
+        port=server.port,
+        log_level=log_level,
+        log_config=logging_config(server.log_format, log_level),
+        access_log=False,
+        timeout_graceful_shutdown=server.shutdown_timeout_s,
+    )

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from canvasread_cli import assert_one_line_error, canvasread
+
+
+def test_ask_with_flags_prints_a_table() -> None:
+    result = canvasread(
+        "ask",
+        "I was charged twice, refund me!",
+        "--noul",
+        "Is this about money?",
+        "--choice",
+        "Which team?",
+        "-o",
+        "billing=charges and refunds",
+        "-o",
+        "technical",
+        "--score",
+        "How angry?",
+        "-l",
+        "calm",
+        "-l",
+        "angry",
+    )
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "Is this about money?",
+        "Which team?",
+        "How angry?",
+        "billing",
+        "technical",
+        "confidence",
+        "█",
+        "usage:",
+    ):
+        assert text in result.stdout
+
+
+def test_ask_json_from_a_file_and_stdin(tmp_path: Path) -> None:
+    questions = {"team": {"type": "choice", "criteria": {"billing": None, "sales": None}}}
+    path = tmp_path / "questions.json"
+    path.write_text(json.dumps(questions))
+    result = canvasread("ask", "-", "--file", str(path), "--json", stdin="I want to buy 40 more seats")
+    assert result.returncode == 0, result.stderr
+    response = json.loads(result.stdout)
+    assert response["model"] == "sparrow-nano-general-v1.1"
+    assert list(response["answers"]["team"]["probabilities"]) == ["billing", "sales"]
+
+
+def test_ask_a_running_server(sparrow_server: str) -> None:
+    result = canvasread("ask", "hello", "--noul", "Is this a greeting?", "--url", sparrow_server, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["answers"]["noul"]["type"] == "noul"
+
+
+def test_ask_reports_invalid_questions_clearly() -> None:
+    result = canvasread("ask", "x", "--choice", "Which?")
+    assert_one_line_error(result, "criteria")
+
+
+def test_several_choices_and_scores_each_keep_their_own_options() -> None:
+    result = canvasread(
+        "ask", "I was charged twice and I am furious",
+        "--choice", "Which team?", "-o", "billing", "-o", "technical",
+        "--score", "How angry?", "-l", "calm", "-l", "furious",
+        "--choice", "Which language?", "-o", "english", "-o", "french",
+        "--score", "How urgent?", "-l", "low", "-l", "high",
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)["answers"]
+    assert list(answers) == ["choice_1", "score_1", "choice_2", "score_2"]
+    assert list(answers["choice_1"]["probabilities"]) == ["billing", "technical"]
+    assert list(answers["choice_2"]["probabilities"]) == ["english", "french"]
+    assert answers["score_1"]["legend"] == {"0": "calm", "1": "furious"}
+    assert answers["score_2"]["legend"] == {"0": "low", "1": "high"}
+
+
+def test_the_table_names_questions_and_levels_not_types_and_indices() -> None:
+    result = canvasread(
+        "ask",
+        "I am furious",
+        "--noul",
+        "Is the customer upset?",
+        "--score",
+        "How angry?",
+        "-l",
+        "calm",
+        "-l",
+        "furious",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Is the customer upset?" in result.stdout and "How angry?" in result.stdout
+    assert "noul" not in result.stdout and "score_" not in result.stdout
+    bars = [line for line in result.stdout.splitlines() if "█" in line or "·····" in line]
+    labels = [line.split("│")[-2].split()[0] for line in bars]
+    assert labels == ["yes", "no", "calm", "furious"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("-o", "billing"), "-o/--option 'billing' needs a --choice question before it"),
+        (("--choice", "Team?", "-l", "calm"), "-l/--level 'calm' needs a --score question before it"),
+        (("--score", "Angry?", "-o", "billing"), "-o/--option 'billing' needs a --choice question before it"),
+    ],
+)
+def test_an_option_or_level_without_its_question_says_so(args: tuple[str, ...], expected: str) -> None:
+    assert_one_line_error(canvasread("ask", "x", *args), expected)

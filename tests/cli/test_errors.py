@@ -1,0 +1,67 @@
+"""Ordinary mistakes end in one red line and exit 1, never a traceback; `--debug` shows the traceback (issue 15.4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from canvasread_cli import assert_one_line_error, canvasread
+from serving import serve_cli
+
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("models", "--url", CLOSED), ("ask", "hi", "--noul", "Greeting?", "--url", CLOSED)],
+    ids=["models", "ask"],
+)
+def test_connection_refused_is_one_line(args: tuple[str, ...]) -> None:
+    assert_one_line_error(canvasread(*args), "cannot reach http://127.0.0.1:9", "refused")
+
+
+def test_debug_shows_the_traceback_instead() -> None:
+    result = canvasread("--debug", "models", "--url", CLOSED)
+    assert result.returncode == 1 and "Traceback" in result.stderr and "ConnectError" in result.stderr
+
+
+def test_a_401_from_models_says_so() -> None:
+    with serve_cli("--api-key", "right") as base:
+        result = canvasread("models", "--url", base, "--api-key", "wrong")
+    assert_one_line_error(result, "HTTP 401", "/v1/models")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "is not valid JSON"),
+        (json.dumps([{"type": "noul", "instructions": "?"}]), "holds a JSON list"),
+        (None, "No such file or directory"),
+    ],
+    ids=["bad-json", "array", "missing"],
+)
+def test_ask_file_mistakes(tmp_path: Path, content: str | None, expected: str) -> None:
+    path = tmp_path / "questions.json"
+    if content is not None:
+        path.write_text(content)
+    assert_one_line_error(canvasread("ask", "x", "--file", str(path)), str(path), expected)
+
+
+def test_ask_an_unknown_sparrow_model() -> None:
+    assert_one_line_error(canvasread("ask", "x", "--noul", "?", "--model", "sparrow-nope"), "sparrow-nope")
+
+
+def test_install_hints_keep_their_extra() -> None:
+    """rich would read `[diffusion]` as markup and print `pip install 'canvasread'` (issue 15.3)."""
+    result = canvasread("ask", "x", "--noul", "?", "--model", "org/checkpoint", without=("torch",))
+    assert_one_line_error(result, "pip install 'canvasread[diffusion]'")
+
+
+def test_no_questions_and_no_state() -> None:
+    assert_one_line_error(canvasread("ask", "x"), "no questions")
+    assert_one_line_error(canvasread("ask", "--noul", "?"), "no state")
+
+
+def test_a_bad_setting_is_one_line() -> None:
+    assert_one_line_error(canvasread("serve", "--port", "0"), "port must be 1..65535")

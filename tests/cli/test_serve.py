@@ -1,0 +1,39 @@
+"""`canvasread serve` refuses at start a model that can never load, instead of a dead server (issue 15.5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from canvasread_cli import assert_one_line_error, canvasread
+from serving import free_port, serve_cli, wait_until
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("sparrow-nope", "no model 'sparrow-nope'"),
+        ("/nonexistent/checkpoint", "no checkpoint folder '/nonexistent/checkpoint'"),
+    ],
+)
+def test_a_model_that_cannot_exist_fails_at_start(model: str, expected: str) -> None:
+    # The port is free, so a server that bound anyway would keep running until the timeout.
+    result = canvasread("serve", "--model", model, "--port", str(free_port()), timeout=60)
+    assert_one_line_error(result, expected)
+
+
+def test_a_folder_that_is_not_a_checkpoint_fails_at_start(tmp_path: Path) -> None:
+    result = canvasread("serve", "--model", str(tmp_path), "--port", str(free_port()), timeout=60)
+    assert_one_line_error(result, str(tmp_path), "no config.json")
+
+
+def test_a_missing_extra_fails_at_start_with_the_install_line() -> None:
+    result = canvasread(
+        "serve", "--model", "org/checkpoint", "--port", str(free_port()), without=("torch",), timeout=60
+    )
+    assert_one_line_error(result, "pip install 'canvasread[diffusion]'")
+
+
+def test_a_real_checkpoint_folder_passes_the_start_checks(tiny_checkpoint: Path) -> None:
+    with serve_cli("--model", str(tiny_checkpoint), ready_timeout=240) as base:
+        assert wait_until(base + "/ready").json()["status"] == "ready"

@@ -6,7 +6,7 @@ import threading
 import time
 
 import httpx
-from serving import serve_app
+from helpers import serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.batching import BatchSettings

@@ -8,12 +8,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from serving import CliServer, cli_process
+from helpers import CliServer, Gate, cli_process
 
 from canvasread.batching import BatchQueue
 from canvasread.errors import NotReady
@@ -82,19 +81,6 @@ def test_sigterm_when_idle_exits_at_once() -> None:
 
 
 # ---- the batch queue drains before it stops -------------------------------------------------
-
-
-class Gate:
-    """A batch function that blocks until released, recording the jobs it ran."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.ran: list[str] = []
-
-    def __call__(self, jobs: Sequence[str]) -> list[str]:
-        self.release.wait(30)
-        self.ran.extend(jobs)
-        return [job.upper() for job in jobs]
 
 
 async def ready(job: str) -> str:

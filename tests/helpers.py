@@ -1,8 +1,9 @@
-"""Helpers that run real servers on loopback for the tests."""
+"""What the tests share: real servers on loopback, requests, images, waiting on conditions, gated backends."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -10,13 +11,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+
+from canvasread.backends.base import FunctionBackend
+from canvasread.types import DecisionRequest
 
 
 def free_port() -> int:
@@ -101,3 +106,79 @@ def serve_cli(*args: str, ready_timeout: float = 120.0, env: dict[str, str] | No
     """Run `canvasread serve` as a real process; yields the base URL once /ready is 200."""
     with cli_process(*args, ready_timeout=ready_timeout, env=env) as server:
         yield server.base
+
+
+# ---- requests, images, waiting -----------------------------------------------------------------
+
+
+def post(base: str, body: Any, **kwargs: Any) -> httpx.Response:
+    """POST a JSON body to `/v1/systemone` of the server at `base`."""
+    return httpx.post(base + "/v1/systemone", json=body, **{"timeout": 30, **kwargs})
+
+
+def png(width: int = 4, height: int = 4, colour: tuple[int, int, int] = (0, 0, 0)) -> bytes:
+    """A real PNG of one colour, encoded by Pillow."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait for `condition` to hold, polling; a deadline, not a sleep that races the code under test."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never became true within {timeout}s"
+        time.sleep(0.01)
+
+
+# ---- backends that answer on cue ---------------------------------------------------------------
+
+
+def even(request: DecisionRequest) -> list[list[float]]:
+    """Every question answered with the uniform distribution over its options."""
+    return [[1 / len(q.options)] * len(q.options) for q in request.questions]
+
+
+class GatedBackend(FunctionBackend):
+    """Answers at once, except: a state starting with "hold" blocks its batch until `release`, "poison" raises."""
+
+    def __init__(self, name: str = "gated") -> None:
+        super().__init__(self._answer, name=name)
+        self.seen: list[str] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.problem: str | None = None
+
+    def health_problem(self) -> str | None:
+        return self.problem
+
+    def _answer(self, request: DecisionRequest) -> list[list[float]]:
+        state = str(request.state)
+        self.seen.append(state)
+        if state.startswith("hold"):
+            self.entered.set()
+            self.release.wait(30)
+        if state.startswith("poison"):
+            raise RuntimeError("secret model internals")
+        return [[0.25, 0.75] for _ in request.questions]
+
+
+class Gate:
+    """A batch function for `BatchQueue` that blocks until released, recording the batches it ran."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def __call__(self, jobs: Sequence[str]) -> list[str]:
+        self.entered.set()
+        assert self.release.wait(30), "the gate was never released"
+        self.batches.append(list(jobs))
+        return [job.upper() for job in jobs]
+
+    @property
+    def ran(self) -> list[str]:
+        return [job for batch in self.batches for job in batch]

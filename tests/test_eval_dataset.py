@@ -9,7 +9,7 @@ import pytest
 
 from canvasread.eval.dataset import banking77, load_items, parse_item, write_jsonl
 
-BANKING77 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "banking77"
+BANKING77 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "banking77"
 
 
 def test_items_validate_like_the_api_and_normalise_expected_labels() -> None:

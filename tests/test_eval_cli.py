@@ -12,7 +12,7 @@ import pytest
 
 from canvasread.backends.sparrow import SparrowBackend
 
-BANKING77 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "banking77"
+BANKING77 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "banking77"
 HEADLINE = ("n", "accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms")
 
 

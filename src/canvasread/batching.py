@@ -5,8 +5,10 @@ requests already on their way (see `_next_batch`), hands the batch to a single w
 resolves one future per job. While the worker runs, new jobs pile up and form
 the next batch, so throughput grows with load while a lone job starts at once.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
-dropped before they run. When a batch raises, each of its jobs is run again
-alone, so one poisonous request cannot fail the requests that shared its batch.
+dropped before they run; one whose caller leaves while its batch runs still
+counts as pending until the batch ends, because the worker is still busy with
+it. When a batch raises, each of its jobs is run again alone, so one
+poisonous request cannot fail the requests that shared its batch.
 """
 
 from __future__ import annotations
@@ -51,8 +53,13 @@ class BatchStats:
 
 @dataclass
 class _Pending(Generic[JobT, ResultT]):
+    """A queued job. While `running`, its place in line is held even if its caller has gone (`abandoned`):
+    the worker is still spending time on it, so `max_pending` and the drain on shutdown must still count it."""
+
     job: JobT
     future: asyncio.Future[ResultT]
+    running: bool = False
+    abandoned: bool = False
 
 
 class BatchQueue(Generic[JobT, ResultT]):
@@ -120,15 +127,22 @@ class BatchQueue(Generic[JobT, ResultT]):
             )
         self._pending += 1
         self._idle.clear()
+        item: _Pending[JobT, ResultT] | None = None
         try:
             job = await prepare()
-            future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait(_Pending(job, future))
-            return await future
+            item = _Pending(job, asyncio.get_running_loop().create_future())
+            self._queue.put_nowait(item)
+            return await item.future
         finally:
-            self._pending -= 1
-            if not self._pending:
-                self._idle.set()
+            if item is not None and item.running:
+                item.abandoned = True  # the batch still runs it: `_run` gives the place back when it ends
+            else:
+                self._release()
+
+    def _release(self) -> None:
+        self._pending -= 1
+        if not self._pending:
+            self._idle.set()
 
     def _retry_hint_s(self) -> float:
         """Roughly how long the backlog takes to clear, from the measured time per batch."""
@@ -175,10 +189,15 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
         started = time.monotonic()
+        for item in live:
+            item.running = True
         try:
-            results = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._run_batch, [i.job for i in live]
-            )
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._run_batch, [i.job for i in live]
+                )
+            finally:
+                self._stopped_running(live)
             if len(results) != len(live):
                 raise BackendFailure(f"{self.name} returned {len(results)} results for {len(live)} jobs")
         except asyncio.CancelledError:
@@ -202,6 +221,14 @@ class BatchQueue(Generic[JobT, ResultT]):
             for item, result in zip(live, results, strict=True):
                 if not item.future.done():
                     item.future.set_result(result)
+
+    def _stopped_running(self, items: Sequence[_Pending[JobT, ResultT]]) -> None:
+        """The worker is done with these jobs: give back the places of callers that left while they ran."""
+        for item in items:
+            item.running = False
+            if item.abandoned:
+                item.abandoned = False
+                self._release()
 
     def _record(self, size: int, seconds: float) -> None:
         self.stats.batches += 1

@@ -15,6 +15,7 @@ from helpers import Gate
 
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.errors import BackendFailure, Overloaded
+from canvasread.types import JobCost
 
 
 def ready(job: str) -> Callable[[], Awaitable[str]]:
@@ -217,3 +218,66 @@ def test_a_backend_that_loses_results_fails_the_batch_instead_of_mismatching_ans
         await queue.stop()
 
     asyncio.run(scenario())
+
+
+# ---- batches under a token and pixel budget (issue 16, item 10) ------------------------------------
+
+
+def sized(job: str) -> JobCost:
+    """Jobs named "name:tokens:pixels"."""
+    _, tokens, pixels = job.split(":")
+    return JobCost(int(tokens), int(pixels))
+
+
+def batches_of(jobs: Sequence[str], settings: BatchSettings) -> list[list[str]]:
+    """The batches `jobs` form when all are waiting as the worker frees up (a held first job keeps the rest queued)."""
+
+    async def scenario() -> list[list[str]]:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, settings, cost=sized)
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("first:0:0")))
+        await until(gate.entered.is_set)
+        rest = [asyncio.create_task(queue.submit(ready(job))) for job in jobs]
+        await until(lambda: queue.pending == len(jobs) + 1)
+        gate.release.set()
+        assert await asyncio.gather(first, *rest) == [job.upper() for job in ("first:0:0", *jobs)]
+        await queue.stop()
+        return gate.batches[1:]
+
+    return asyncio.run(scenario())
+
+
+def test_a_batch_takes_jobs_while_their_tokens_fit_and_the_next_one_starts_the_next_batch() -> None:
+    settings = BatchSettings(max_batch_tokens=100)
+    jobs = ["a:40:0", "b:50:0", "c:20:0", "d:90:0", "e:10:0"]
+    assert batches_of(jobs, settings) == [["a:40:0", "b:50:0"], ["c:20:0"], ["d:90:0", "e:10:0"]]
+
+
+def test_a_job_over_the_budget_alone_runs_alone_and_pixels_count_too() -> None:
+    settings = BatchSettings(max_batch_tokens=100, max_batch_pixels=1_000)
+    jobs = ["a:10:0", "huge:500:0", "b:10:600", "c:10:600", "d:10:0"]
+    assert batches_of(jobs, settings) == [["a:10:0"], ["huge:500:0"], ["b:10:600"], ["c:10:600", "d:10:0"]]
+
+
+def test_without_a_cost_function_only_max_batch_limits_a_batch() -> None:
+    async def scenario() -> list[list[str]]:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_batch=2, max_batch_tokens=1))
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("first")))
+        await until(gate.entered.is_set)
+        rest = [asyncio.create_task(queue.submit(ready(job))) for job in "abc"]
+        await until(lambda: queue.pending == 4)
+        gate.release.set()
+        await asyncio.gather(first, *rest)
+        await queue.stop()
+        return gate.batches
+
+    assert asyncio.run(scenario()) == [["first"], ["a", "b"], ["c"]]
+
+
+def test_batch_settings_are_checked() -> None:
+    for bad in ({"max_batch_tokens": 0}, {"max_pending": 0}, {"linger_s": -1.0}):
+        with pytest.raises(ValueError):
+            BatchSettings(**bad)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.decide import Decider, DeciderSettings
 from canvasread.errors import CalibrationMismatch, DeadlineExceeded, InvalidRequest, ModelNotFound, NotReady
-from canvasread.types import Capabilities, DecisionRequest, ModelCard
+from canvasread.types import Capabilities, DecisionRequest, JobCost, ModelCard
 from canvasread.wire import parse_request
 
 NOUL = {"type": "noul", "instructions": "Is it about money?"}
@@ -183,3 +183,12 @@ def test_a_fixed_sample_count_reads_every_question_that_often_in_one_call(tokeni
     decider = canvas_decider(tokenizer, reader)
     decision = decider.decide_now("canvas", request({"money": NOUL, "team": CHOICE}, samples=3, seed=1))
     assert reader.calls == [3] and decision.reads == (3, 3)
+
+
+def test_a_canvas_jobs_cost_is_its_prompt_and_first_reads(tokenizer: HFTokenizer) -> None:
+    decider = canvas_decider(tokenizer, ScriptedReader(unsure_labels=0))
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend)
+    job = backend.prepare(request({"money": NOUL, "team": CHOICE}, samples=3))
+    canvases = sum(len(canvas.ids) for canvas in job.plan.canvases)
+    assert backend.cost(job) == JobCost(len(job.plan.prompt_ids) + 3 * canvases, 0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
+from canvasread.types import JobCost
 
 logger = logging.getLogger(__name__)
 JobT = TypeVar("JobT")
@@ -31,13 +32,24 @@ ResultT = TypeVar("ResultT")
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """How jobs are grouped; every number is a knob on `canvasread serve`."""
+    """How jobs are grouped, set when starting the server (the first four are `canvasread serve` flags)."""
 
     max_batch: int = 32
     max_wait_s: float = 0.0
     max_pending: int = 1024
     # How long a batch may wait for requests that are already accepted but still being prepared.
     linger_s: float = 0.003
+    # Peak memory grows with what one batch reads, whatever the mix: a batch takes jobs while their summed cost
+    # stays within these (a job over them alone runs alone). 32,768 tokens is two 16k-token states (about 5 GB
+    # of activations on the CPU engine); 100 M pixels is two 7000x7000 photos decoded at once.
+    max_batch_tokens: int = 32_768
+    max_batch_pixels: int = 100_000_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_batch, self.max_pending, self.max_batch_tokens, self.max_batch_pixels) < 1:
+            raise ValueError("max_batch, max_pending, max_batch_tokens and max_batch_pixels must be at least 1")
+        if self.max_wait_s < 0 or self.linger_s < 0:
+            raise ValueError("max_wait_s and linger_s cannot be negative")
 
 
 @dataclass
@@ -62,6 +74,25 @@ class _Pending(Generic[JobT, ResultT]):
     abandoned: bool = False
 
 
+class _Budget(Generic[JobT]):
+    """What one batch has taken so far of its token and pixel budget; the first job always fits."""
+
+    def __init__(self, settings: BatchSettings, cost: Callable[[JobT], JobCost] | None) -> None:
+        self._settings = settings
+        self._cost = cost
+        self._tokens = self._pixels = 0
+        self._jobs = 0
+
+    def fits(self, job: JobT) -> bool:
+        """Take `job` into the batch if it fits (True), else leave the budget as it was (False)."""
+        cost = self._cost(job) if self._cost is not None else JobCost()
+        tokens, pixels = self._tokens + cost.tokens, self._pixels + cost.pixels
+        if self._jobs and (tokens > self._settings.max_batch_tokens or pixels > self._settings.max_batch_pixels):
+            return False
+        self._tokens, self._pixels, self._jobs = tokens, pixels, self._jobs + 1
+        return True
+
+
 class BatchQueue(Generic[JobT, ResultT]):
     """Feeds `run_batch` (which must return one result per job, in order) from many coroutines."""
 
@@ -71,8 +102,11 @@ class BatchQueue(Generic[JobT, ResultT]):
         settings: BatchSettings = BatchSettings(),
         *,
         name: str = "backend",
+        cost: Callable[[JobT], JobCost] | None = None,
     ) -> None:
         self._run_batch = run_batch
+        self._cost = cost
+        self._held: _Pending[JobT, ResultT] | None = None  # took no place in the last batch: it starts the next
         self.settings = settings
         self.name = name
         self.stats = BatchStats()
@@ -106,6 +140,9 @@ class BatchQueue(Generic[JobT, ResultT]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._held is not None:
+            self._fail([self._held], NotReady(f"{self.name} is shutting down"))
+            self._held = None
         while self._queue is not None and not self._queue.empty():
             self._fail([self._queue.get_nowait()], NotReady(f"{self.name} is shutting down"))
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -155,11 +192,18 @@ class BatchQueue(Generic[JobT, ResultT]):
         were accepted are still being prepared (closed-loop clients that just got an answer send their next
         request a moment later; without this they would fall out of step and be read one at a time).
         A lone request never waits: nothing else is in flight."""
-        batch = [await queue.get()]
+        held, self._held = self._held, None
+        batch = [held if held is not None else await queue.get()]
+        budget = _Budget(self.settings, self._cost)
+        budget.fits(batch[0].job)
         started = time.monotonic()
         while len(batch) < self.settings.max_batch:
             if not queue.empty():
-                batch.append(queue.get_nowait())
+                item = queue.get_nowait()
+                if not budget.fits(item.job):
+                    self._held = item
+                    break
+                batch.append(item)
                 continue
             waited = time.monotonic() - started
             remaining = self.settings.max_wait_s - waited
@@ -168,9 +212,13 @@ class BatchQueue(Generic[JobT, ResultT]):
             if remaining <= 0:
                 break
             try:
-                batch.append(await asyncio.wait_for(queue.get(), remaining))
+                item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 break
+            if not budget.fits(item.job):
+                self._held = item
+                break
+            batch.append(item)
         return batch
 
     async def _collect(self) -> None:

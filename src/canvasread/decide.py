@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsHealth
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsHealth
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.errors import (
@@ -229,7 +229,8 @@ class Decider:
             name = backend.card.name
             if name in self._models or name in DEFAULT_ALIASES:
                 raise ValueError(f"two served models are both called {name!r}")
-            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name)
+            cost = backend.cost if isinstance(backend, ReportsCost) else None
+            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name, cost=cost)
             self._models[name] = ServedModel(backend, queue)
         self.default_name = backends[0].card.name
         self._aliases = self._alias_map(settings.aliases)

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import serve_app
+from helpers import serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.batching import BatchSettings

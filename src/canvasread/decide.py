@@ -33,7 +33,7 @@ from canvasread.errors import (
 from canvasread.rotation import plan_rotations
 from canvasread.stages.run import Stage, StageRun
 from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
-from canvasread.wire import parse_request
+from canvasread.wire import check_option_counts, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -192,29 +192,6 @@ class DecisionRun:
             tuple(self._reads),
             skipped if self._plan.conditional else None,
         )
-
-
-def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
-    """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
-
-    The one place that check lives, so both say it the same way (`where` names whose limit it is).
-    """
-    problems = []
-    for question in request.questions:
-        if question.kind == "noul":
-            continue
-        limit, what = (max_options, "options") if question.kind == "choice" else (max_levels, "levels")
-        if len(question.options) > limit:
-            problems.append(
-                FieldProblem(
-                    ("body", "questions", question.key, question.kind, "criteria"),
-                    f"at most {limit} {what} per question{where}",
-                    "too_long",
-                    ctx={"max_length": limit},
-                )
-            )
-    if problems:
-        raise InvalidRequest(problems)
 
 
 class Decider:

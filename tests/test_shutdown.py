@@ -22,8 +22,8 @@ CLEAN_EXITS = (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM once it has shut
 
 def slow_body(questions: int) -> dict[str, Any]:
     """Enough work for the embedded sparrow model to take seconds (each of 255 options is read), within its
-    reading budget (`DEFAULT_MAX_REQUEST_TOKENS`: 120 questions read about 62k tokens)."""
-    criteria: dict[str, str | None] = {f"option {i}": None for i in range(255)}
+    reading budget (`DEFAULT_MAX_REQUEST_TOKENS`: 240 questions of one-token options read about 62k tokens)."""
+    criteria: dict[str, str | None] = {str(i): None for i in range(255)}
     return {
         "model": "jev-latest",
         "state": "I was charged twice for order 1182. " * 20,
@@ -58,15 +58,15 @@ def sigterm_during(server: CliServer, client: httpx.Client, body: dict[str, Any]
 
 def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
     with cli_process() as server, httpx.Client(base_url=server.base, timeout=120) as client:
-        outcome = sigterm_during(server, client, slow_body(120))
+        outcome = sigterm_during(server, client, slow_body(240))
         assert server.process.wait(timeout=60) in CLEAN_EXITS
     assert isinstance(outcome, httpx.Response) and outcome.status_code == 200, outcome
-    assert len(outcome.json()["answers"]) == 120
+    assert len(outcome.json()["answers"]) == 240
 
 
 def test_the_wait_for_requests_in_flight_is_bounded() -> None:
     with cli_process("--shutdown-timeout", "1") as server, httpx.Client(base_url=server.base, timeout=120) as client:
-        outcome = sigterm_during(server, client, slow_body(120))
+        outcome = sigterm_during(server, client, slow_body(240))
         assert server.process.wait(timeout=120) in CLEAN_EXITS
     # Cut off at the bound with a retryable 503 in the API's shape, not kept until the model finished.
     assert isinstance(outcome, httpx.Response) and outcome.status_code == 503, outcome

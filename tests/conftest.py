@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from serving import serve_cli
+from helpers import serve_cli
 
 from canvasread.decide import Decider
 

@@ -1,55 +1,283 @@
-"""Batch formation: closed-loop clients are read together instead of falling out of step."""
+"""`BatchQueue` on its own: batches form from what waits, stragglers being prepared are waited for, a lone job never is.
+
+Driven by gates and events, not sleeps: each test says what must have
+happened before the next step, so a loaded machine only makes it slower.
+"""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
+from collections.abc import Awaitable, Callable, Sequence
 
-import httpx
-from serving import serve_app
+import pytest
+from helpers import Gate
 
-from canvasread.backends.base import FunctionBackend
-from canvasread.batching import BatchSettings
-from canvasread.decide import Decider, DeciderSettings
-from canvasread.server.app import create_app
-from canvasread.types import DecisionRequest
-
-BODY = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}}
+from canvasread.batching import BatchQueue, BatchSettings
+from canvasread.errors import BackendFailure, Overloaded
+from canvasread.types import JobCost
 
 
-def slow(request: DecisionRequest) -> list[list[float]]:
-    time.sleep(0.03)  # a model pass; requests that arrive meanwhile form the next batch
-    return [[0.5, 0.5] for _ in request.questions]
+def ready(job: str) -> Callable[[], Awaitable[str]]:
+    async def prepare() -> str:
+        return job
+
+    return prepare
 
 
-def closed_loop_clients(base: str, clients: int, requests_each: int) -> None:
-    def client() -> None:
-        with httpx.Client(base_url=base, timeout=30) as http:
-            for _ in range(requests_each):
-                assert http.post("/v1/systemone", json=BODY).status_code == 200
+def upper(jobs: Sequence[str]) -> list[str]:
+    return [job.upper() for job in jobs]
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop until `condition` holds (bounded, so a bug fails instead of hanging)."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        await asyncio.sleep(0.001)
+
+
+def test_jobs_that_arrive_while_the_worker_runs_form_the_next_batch() -> None:
+    async def scenario() -> list[str]:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate)
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("a")))
+        await until(gate.entered.is_set)
+        later = [asyncio.create_task(queue.submit(ready(job))) for job in ("b", "c")]
+        await until(lambda: queue.pending == 3)
+        gate.release.set()
+        results = await asyncio.gather(first, *later)
+        await queue.stop()
+        assert gate.batches == [["a"], ["b", "c"]]
+        return list(results)
+
+    assert asyncio.run(scenario()) == ["A", "B", "C"]
 
 
 def test_two_closed_loop_clients_share_batches() -> None:
-    backend = FunctionBackend(slow)
-    config = DeciderSettings(batch=BatchSettings(linger_s=0.05))
-    with serve_app(create_app(Decider([backend], config))) as base:
-        closed_loop_clients(base, clients=2, requests_each=8)
-    assert sum(backend.batches) == 16
-    assert backend.batches.count(2) >= 5, backend.batches  # without lingering: 1, 1, 1, ... (each waits a pass)
+    """Each client sends its next job as soon as it has an answer; lingering keeps the two in step."""
+    batches: list[int] = []
+
+    def run(jobs: Sequence[str]) -> list[str]:
+        batches.append(len(jobs))
+        return upper(jobs)
+
+    async def client(queue: BatchQueue[str, str], name: str) -> None:
+        for round_number in range(8):
+            assert await queue.submit(ready(f"{name}{round_number}")) == f"{name}{round_number}".upper()
+
+    async def scenario() -> None:
+        queue: BatchQueue[str, str] = BatchQueue(run, BatchSettings(linger_s=5.0))
+        queue.start()
+        await asyncio.gather(client(queue, "x"), client(queue, "y"))
+        await queue.stop()
+
+    asyncio.run(scenario())
+    assert sum(batches) == 16
+    assert batches == [2] * 8  # without lingering: 1, 1, 1, ... (each waits a pass)
 
 
-def test_a_lone_client_is_never_held_back() -> None:
-    backend = FunctionBackend(slow)
-    config = DeciderSettings(batch=BatchSettings(linger_s=5.0))  # would stall every request if it applied to them
-    with serve_app(create_app(Decider([backend], config))) as base:
+def test_a_batch_waits_for_a_job_still_being_prepared_and_no_longer() -> None:
+    async def scenario() -> float:
+        gate = Gate()
+        gate.release.set()
+        prepared = asyncio.Event()
+
+        async def slow_prepare() -> str:
+            await prepared.wait()
+            return "late"
+
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(linger_s=30.0))
+        queue.start()
         started = time.monotonic()
-        closed_loop_clients(base, clients=1, requests_each=5)
+        late = asyncio.create_task(queue.submit(slow_prepare))
+        early = asyncio.create_task(queue.submit(ready("early")))
+        await until(lambda: queue.pending == 2)
+        await asyncio.sleep(0.05)
+        assert not gate.entered.is_set()  # the early job lingers for the one in preparation
+        prepared.set()
+        assert await asyncio.gather(early, late) == ["EARLY", "LATE"]
+        await queue.stop()
+        assert gate.batches == [["early", "late"]]
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < 30.0  # the linger ended when the straggler arrived, not at its bound
+
+
+def test_a_lone_job_never_waits_for_company() -> None:
+    async def scenario() -> float:
+        queue: BatchQueue[str, str] = BatchQueue(upper, BatchSettings(linger_s=30.0))
+        queue.start()
+        started = time.monotonic()
+        for job in ("a", "b", "c"):
+            assert await queue.submit(ready(job)) == job.upper()
         elapsed = time.monotonic() - started
-    assert backend.batches == [1, 1, 1, 1, 1]
-    assert elapsed < 5.0, "a lone request waited for company that was never coming"
+        await queue.stop()
+        return elapsed
+
+    assert asyncio.run(scenario()) < 30.0
+
+
+def test_a_job_whose_caller_left_is_dropped_before_it_runs() -> None:
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate)
+        queue.start()
+        running = asyncio.create_task(queue.submit(ready("running")))
+        await until(gate.entered.is_set)
+        abandoned = asyncio.create_task(queue.submit(ready("abandoned")))
+        kept = asyncio.create_task(queue.submit(ready("kept")))
+        await until(lambda: queue.pending == 3)
+        abandoned.cancel()
+        gate.release.set()
+        assert await running == "RUNNING" and await kept == "KEPT"
+        await queue.stop()
+        assert gate.ran == ["running", "kept"]
+        assert queue.stats.dropped == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_job_whose_caller_left_while_it_runs_counts_as_pending_until_the_batch_ends() -> None:
+    """A 504 or a hang-up frees nothing while the worker is still busy with the job (issue 16, item 6)."""
+
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_pending=1))
+        queue.start()
+        running = asyncio.create_task(queue.submit(ready("running")))
+        await until(gate.entered.is_set)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert queue.pending == 1
+        with pytest.raises(Overloaded):  # the worker is still busy: the place is not free yet
+            await queue.submit(ready("next"))
+        gate.release.set()
+        await until(lambda: queue.pending == 0)
+        assert await queue.submit(ready("next")) == "NEXT"
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_full_queue_sheds_before_preparing() -> None:
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_pending=1))
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("first")))
+        await until(gate.entered.is_set)
+        prepared: list[str] = []
+
+        async def counted() -> str:
+            prepared.append("second")
+            return "second"
+
+        with pytest.raises(Overloaded) as caught:
+            await queue.submit(counted)
+        assert prepared == [] and caught.value.retry_after_s > 0
+        gate.release.set()
+        assert await first == "FIRST"
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_batch_is_rerun_job_by_job_so_only_the_poisonous_job_fails() -> None:
+    def run(jobs: Sequence[str]) -> list[str]:
+        if "poison" in jobs:
+            raise RuntimeError("model bug")
+        return upper(jobs)
+
+    async def scenario() -> list[object]:
+        gate = Gate()
+        gated: BatchQueue[str, str] = BatchQueue(lambda jobs: gate(jobs) if jobs == ["hold"] else run(jobs))
+        gated.start()
+        hold = asyncio.create_task(gated.submit(ready("hold")))
+        await until(gate.entered.is_set)
+        jobs = [asyncio.create_task(gated.submit(ready(job))) for job in ("ok", "poison", "fine")]
+        await until(lambda: gated.pending == 4)
+        gate.release.set()
+        results = await asyncio.gather(hold, *jobs, return_exceptions=True)
+        await gated.stop()
+        return list(results)
+
+    hold, ok, poison, fine = asyncio.run(scenario())
+    assert (hold, ok, fine) == ("HOLD", "OK", "FINE")
+    assert isinstance(poison, BackendFailure) and "RuntimeError" in str(poison)
+
+
+def test_a_backend_that_loses_results_fails_the_batch_instead_of_mismatching_answers() -> None:
+    async def scenario() -> None:
+        queue: BatchQueue[str, str] = BatchQueue(lambda jobs: [])
+        queue.start()
+        with pytest.raises(BackendFailure, match="0 results for 1 jobs"):
+            await queue.submit(ready("a"))
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
+# ---- batches under a token and pixel budget (issue 16, item 10) ------------------------------------
+
+
+def sized(job: str) -> JobCost:
+    """Jobs named "name:tokens:pixels"."""
+    _, tokens, pixels = job.split(":")
+    return JobCost(int(tokens), int(pixels))
+
+
+def batches_of(jobs: Sequence[str], settings: BatchSettings) -> list[list[str]]:
+    """The batches `jobs` form when all are waiting as the worker frees up (a held first job keeps the rest queued)."""
+
+    async def scenario() -> list[list[str]]:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, settings, cost=sized)
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("first:0:0")))
+        await until(gate.entered.is_set)
+        rest = [asyncio.create_task(queue.submit(ready(job))) for job in jobs]
+        await until(lambda: queue.pending == len(jobs) + 1)
+        gate.release.set()
+        assert await asyncio.gather(first, *rest) == [job.upper() for job in ("first:0:0", *jobs)]
+        await queue.stop()
+        return gate.batches[1:]
+
+    return asyncio.run(scenario())
+
+
+def test_a_batch_takes_jobs_while_their_tokens_fit_and_the_next_one_starts_the_next_batch() -> None:
+    settings = BatchSettings(max_batch_tokens=100)
+    jobs = ["a:40:0", "b:50:0", "c:20:0", "d:90:0", "e:10:0"]
+    assert batches_of(jobs, settings) == [["a:40:0", "b:50:0"], ["c:20:0"], ["d:90:0", "e:10:0"]]
+
+
+def test_a_job_over_the_budget_alone_runs_alone_and_pixels_count_too() -> None:
+    settings = BatchSettings(max_batch_tokens=100, max_batch_pixels=1_000)
+    jobs = ["a:10:0", "huge:500:0", "b:10:600", "c:10:600", "d:10:0"]
+    assert batches_of(jobs, settings) == [["a:10:0"], ["huge:500:0"], ["b:10:600"], ["c:10:600", "d:10:0"]]
+
+
+def test_without_a_cost_function_only_max_batch_limits_a_batch() -> None:
+    async def scenario() -> list[list[str]]:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_batch=2, max_batch_tokens=1))
+        queue.start()
+        first = asyncio.create_task(queue.submit(ready("first")))
+        await until(gate.entered.is_set)
+        rest = [asyncio.create_task(queue.submit(ready(job))) for job in "abc"]
+        await until(lambda: queue.pending == 4)
+        gate.release.set()
+        await asyncio.gather(first, *rest)
+        await queue.stop()
+        return gate.batches
+
+    assert asyncio.run(scenario()) == [["first"], ["a", "b"], ["c"]]
+
+
+def test_batch_settings_are_checked() -> None:
+    for bad in ({"max_batch_tokens": 0}, {"max_pending": 0}, {"linger_s": -1.0}):
+        with pytest.raises(ValueError):
+            BatchSettings(**bad)  # type: ignore[arg-type]

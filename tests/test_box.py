@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from helpers import serve_cli
 from PIL import Image as PILImage
-from serving import serve_cli
 from typesafe_sdk import Box, BoxAnswer, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
 from canvasread.answers import box_confidence, box_edges, build_answer

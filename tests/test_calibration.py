@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from serving import free_port, serve_cli
+from helpers import free_port, serve_cli
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serving import cli_process
+from helpers import cli_process
 
 KEY = "fuzz-key"
 EXAMPLES = os.environ.get("CANVASREAD_FUZZ_EXAMPLES", "100")

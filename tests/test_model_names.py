@@ -8,7 +8,7 @@ import sys
 
 import httpx
 import pytest
-from serving import serve_cli
+from helpers import serve_cli
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider, DeciderSettings

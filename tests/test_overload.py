@@ -7,17 +7,16 @@ import logging
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import helpers
 import httpx
 import pytest
-from serving import serve_app
+from helpers import GatedBackend, eventually, serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.batching import BatchSettings
@@ -29,43 +28,12 @@ from canvasread.types import DecisionRequest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class GatedBackend(FunctionBackend):
-    """Answers at once, except: a state starting with "hold" blocks its batch until `release`, "poison" raises."""
-
-    def __init__(self) -> None:
-        super().__init__(self._answer, name="gated")
-        self.seen: list[str] = []
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.problem: str | None = None
-
-    def health_problem(self) -> str | None:
-        return self.problem
-
-    def _answer(self, request: DecisionRequest) -> list[list[float]]:
-        state = str(request.state)
-        self.seen.append(state)
-        if state.startswith("hold"):
-            self.entered.set()
-            self.release.wait(30)
-        if state.startswith("poison"):
-            raise RuntimeError("secret model internals")
-        return [[0.25, 0.75] for _ in request.questions]
-
-
 def body(state: str) -> dict[str, Any]:
     return {"model": "jev-latest", "state": state, "questions": {"q": {"type": "noul", "instructions": "Money?"}}}
 
 
 def post(base: str, state: str, timeout: float = 30) -> httpx.Response:
-    return httpx.post(base + "/v1/systemone", json=body(state), timeout=timeout)
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.01)
+    return helpers.post(base, body(state), timeout=timeout)
 
 
 # ---- 529 shedding ------------------------------------------------------------------------------

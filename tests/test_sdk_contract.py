@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Iterator, Sequence
 
 import pytest
-from PIL import Image as PILImage
-from serving import serve_app
+from helpers import png, serve_app
 from typesafe_sdk import (
     AsyncTypeSafeClient,
     Choice,
@@ -120,14 +118,8 @@ def test_hosted_names_and_provider_prefixes_reach_the_default_model(sparrow_serv
     assert result.model == "sparrow-nano-general-v1.1"
 
 
-def png_bytes(width: int = 32, height: int = 24) -> bytes:
-    buffer = io.BytesIO()
-    PILImage.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def test_images_to_a_text_only_model_are_refused_not_dropped(sparrow_server: str) -> None:
-    photo = Image(png_bytes())
+    photo = Image(png(32, 24, (200, 30, 30)))
     with (
         TypeSafeClient(base_url=sparrow_server, api_key="local") as client,
         client.attach_assets(photo),
@@ -152,7 +144,7 @@ def vision_server() -> Iterator[tuple[str, list[DecisionRequest]]]:
 
 def test_multipart_images_reach_a_vision_backend(vision_server: tuple[str, list[DecisionRequest]]) -> None:
     base, seen = vision_server
-    photo, other = Image(png_bytes(32, 24)), Image(png_bytes(8, 8))
+    photo, other = Image(png(32, 24, (200, 30, 30))), Image(png(8, 8, (200, 30, 30)))
     with TypeSafeClient(base_url=base, api_key="local") as client, client.attach_assets([photo, other]):
         result = client.system_one(f"Photos: {photo} and {other}", {"damaged": Noul(instructions="Is it damaged?")})
         assert result.raw_http_response.request.headers["content-type"].startswith("multipart/form-data")

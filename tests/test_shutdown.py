@@ -8,12 +8,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from serving import CliServer, cli_process
+from helpers import CliServer, Gate, cli_process
 
 from canvasread.batching import BatchQueue
 from canvasread.errors import NotReady
@@ -22,8 +21,9 @@ CLEAN_EXITS = (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM once it has shut
 
 
 def slow_body(questions: int) -> dict[str, Any]:
-    """Enough work for the embedded sparrow model to take seconds (each of 255 options is read)."""
-    criteria = {f"option {i}": f"description {i}" for i in range(255)}
+    """Enough work for the embedded sparrow model to take seconds (each of 255 options is read), within its
+    reading budget (`DEFAULT_MAX_REQUEST_TOKENS`: 240 questions of one-token options read about 62k tokens)."""
+    criteria: dict[str, str | None] = {str(i): None for i in range(255)}
     return {
         "model": "jev-latest",
         "state": "I was charged twice for order 1182. " * 20,
@@ -58,15 +58,15 @@ def sigterm_during(server: CliServer, client: httpx.Client, body: dict[str, Any]
 
 def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
     with cli_process() as server, httpx.Client(base_url=server.base, timeout=120) as client:
-        outcome = sigterm_during(server, client, slow_body(40))
+        outcome = sigterm_during(server, client, slow_body(240))
         assert server.process.wait(timeout=60) in CLEAN_EXITS
     assert isinstance(outcome, httpx.Response) and outcome.status_code == 200, outcome
-    assert len(outcome.json()["answers"]) == 40
+    assert len(outcome.json()["answers"]) == 240
 
 
 def test_the_wait_for_requests_in_flight_is_bounded() -> None:
     with cli_process("--shutdown-timeout", "1") as server, httpx.Client(base_url=server.base, timeout=120) as client:
-        outcome = sigterm_during(server, client, slow_body(150))
+        outcome = sigterm_during(server, client, slow_body(240))
         assert server.process.wait(timeout=120) in CLEAN_EXITS
     # Cut off at the bound with a retryable 503 in the API's shape, not kept until the model finished.
     assert isinstance(outcome, httpx.Response) and outcome.status_code == 503, outcome
@@ -82,19 +82,6 @@ def test_sigterm_when_idle_exits_at_once() -> None:
 
 
 # ---- the batch queue drains before it stops -------------------------------------------------
-
-
-class Gate:
-    """A batch function that blocks until released, recording the jobs it ran."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.ran: list[str] = []
-
-    def __call__(self, jobs: Sequence[str]) -> list[str]:
-        self.release.wait(30)
-        self.ran.extend(jobs)
-        return [job.upper() for job in jobs]
 
 
 async def ready(job: str) -> str:

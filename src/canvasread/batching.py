@@ -5,8 +5,10 @@ requests already on their way (see `_next_batch`), hands the batch to a single w
 resolves one future per job. While the worker runs, new jobs pile up and form
 the next batch, so throughput grows with load while a lone job starts at once.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
-dropped before they run. When a batch raises, each of its jobs is run again
-alone, so one poisonous request cannot fail the requests that shared its batch.
+dropped before they run; one whose caller leaves while its batch runs still
+counts as pending until the batch ends, because the worker is still busy with
+it. When a batch raises, each of its jobs is run again alone, so one
+poisonous request cannot fail the requests that shared its batch.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
+from canvasread.types import JobCost
 
 logger = logging.getLogger(__name__)
 JobT = TypeVar("JobT")
@@ -29,13 +32,24 @@ ResultT = TypeVar("ResultT")
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """How jobs are grouped; every number is a knob on `canvasread serve`."""
+    """How jobs are grouped, set when starting the server (the first four are `canvasread serve` flags)."""
 
     max_batch: int = 32
     max_wait_s: float = 0.0
     max_pending: int = 1024
     # How long a batch may wait for requests that are already accepted but still being prepared.
     linger_s: float = 0.003
+    # Peak memory grows with what one batch reads, whatever the mix: a batch takes jobs while their summed cost
+    # stays within these (a job over them alone runs alone). 32,768 tokens is two 16k-token states (about 5 GB
+    # of activations on the CPU engine); 100 M pixels is two 7000x7000 photos decoded at once.
+    max_batch_tokens: int = 32_768
+    max_batch_pixels: int = 100_000_000
+
+    def __post_init__(self) -> None:
+        if min(self.max_batch, self.max_pending, self.max_batch_tokens, self.max_batch_pixels) < 1:
+            raise ValueError("max_batch, max_pending, max_batch_tokens and max_batch_pixels must be at least 1")
+        if self.max_wait_s < 0 or self.linger_s < 0:
+            raise ValueError("max_wait_s and linger_s cannot be negative")
 
 
 @dataclass
@@ -51,8 +65,32 @@ class BatchStats:
 
 @dataclass
 class _Pending(Generic[JobT, ResultT]):
+    """A queued job. While `running`, its place in line is held even if its caller has gone (`abandoned`):
+    the worker is still spending time on it, so `max_pending` and the drain on shutdown must still count it."""
+
     job: JobT
     future: asyncio.Future[ResultT]
+    running: bool = False
+    abandoned: bool = False
+
+
+class _Budget(Generic[JobT]):
+    """What one batch has taken so far of its token and pixel budget; the first job always fits."""
+
+    def __init__(self, settings: BatchSettings, cost: Callable[[JobT], JobCost] | None) -> None:
+        self._settings = settings
+        self._cost = cost
+        self._tokens = self._pixels = 0
+        self._jobs = 0
+
+    def fits(self, job: JobT) -> bool:
+        """Take `job` into the batch if it fits (True), else leave the budget as it was (False)."""
+        cost = self._cost(job) if self._cost is not None else JobCost()
+        tokens, pixels = self._tokens + cost.tokens, self._pixels + cost.pixels
+        if self._jobs and (tokens > self._settings.max_batch_tokens or pixels > self._settings.max_batch_pixels):
+            return False
+        self._tokens, self._pixels, self._jobs = tokens, pixels, self._jobs + 1
+        return True
 
 
 class BatchQueue(Generic[JobT, ResultT]):
@@ -64,8 +102,11 @@ class BatchQueue(Generic[JobT, ResultT]):
         settings: BatchSettings = BatchSettings(),
         *,
         name: str = "backend",
+        cost: Callable[[JobT], JobCost] | None = None,
     ) -> None:
         self._run_batch = run_batch
+        self._cost = cost
+        self._held: _Pending[JobT, ResultT] | None = None  # took no place in the last batch: it starts the next
         self.settings = settings
         self.name = name
         self.stats = BatchStats()
@@ -99,6 +140,9 @@ class BatchQueue(Generic[JobT, ResultT]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._held is not None:
+            self._fail([self._held], NotReady(f"{self.name} is shutting down"))
+            self._held = None
         while self._queue is not None and not self._queue.empty():
             self._fail([self._queue.get_nowait()], NotReady(f"{self.name} is shutting down"))
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -120,15 +164,22 @@ class BatchQueue(Generic[JobT, ResultT]):
             )
         self._pending += 1
         self._idle.clear()
+        item: _Pending[JobT, ResultT] | None = None
         try:
             job = await prepare()
-            future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait(_Pending(job, future))
-            return await future
+            item = _Pending(job, asyncio.get_running_loop().create_future())
+            self._queue.put_nowait(item)
+            return await item.future
         finally:
-            self._pending -= 1
-            if not self._pending:
-                self._idle.set()
+            if item is not None and item.running:
+                item.abandoned = True  # the batch still runs it: `_run` gives the place back when it ends
+            else:
+                self._release()
+
+    def _release(self) -> None:
+        self._pending -= 1
+        if not self._pending:
+            self._idle.set()
 
     def _retry_hint_s(self) -> float:
         """Roughly how long the backlog takes to clear, from the measured time per batch."""
@@ -141,11 +192,18 @@ class BatchQueue(Generic[JobT, ResultT]):
         were accepted are still being prepared (closed-loop clients that just got an answer send their next
         request a moment later; without this they would fall out of step and be read one at a time).
         A lone request never waits: nothing else is in flight."""
-        batch = [await queue.get()]
+        held, self._held = self._held, None
+        batch = [held if held is not None else await queue.get()]
+        budget = _Budget(self.settings, self._cost)
+        budget.fits(batch[0].job)
         started = time.monotonic()
         while len(batch) < self.settings.max_batch:
             if not queue.empty():
-                batch.append(queue.get_nowait())
+                item = queue.get_nowait()
+                if not budget.fits(item.job):
+                    self._held = item
+                    break
+                batch.append(item)
                 continue
             waited = time.monotonic() - started
             remaining = self.settings.max_wait_s - waited
@@ -154,9 +212,13 @@ class BatchQueue(Generic[JobT, ResultT]):
             if remaining <= 0:
                 break
             try:
-                batch.append(await asyncio.wait_for(queue.get(), remaining))
+                item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 break
+            if not budget.fits(item.job):
+                self._held = item
+                break
+            batch.append(item)
         return batch
 
     async def _collect(self) -> None:
@@ -175,10 +237,15 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
         started = time.monotonic()
+        for item in live:
+            item.running = True
         try:
-            results = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._run_batch, [i.job for i in live]
-            )
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._run_batch, [i.job for i in live]
+                )
+            finally:
+                self._stopped_running(live)
             if len(results) != len(live):
                 raise BackendFailure(f"{self.name} returned {len(results)} results for {len(live)} jobs")
         except asyncio.CancelledError:
@@ -202,6 +269,14 @@ class BatchQueue(Generic[JobT, ResultT]):
             for item, result in zip(live, results, strict=True):
                 if not item.future.done():
                     item.future.set_result(result)
+
+    def _stopped_running(self, items: Sequence[_Pending[JobT, ResultT]]) -> None:
+        """The worker is done with these jobs: give back the places of callers that left while they ran."""
+        for item in items:
+            item.running = False
+            if item.abandoned:
+                item.abandoned = False
+                self._release()
 
     def _record(self, size: int, seconds: float) -> None:
         self.stats.batches += 1

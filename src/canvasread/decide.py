@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsHealth
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsHealth
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.errors import (
@@ -33,7 +33,7 @@ from canvasread.errors import (
 from canvasread.rotation import plan_rotations
 from canvasread.stages.run import Stage, StageRun
 from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
-from canvasread.wire import parse_request
+from canvasread.wire import check_option_counts, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -194,29 +194,6 @@ class DecisionRun:
         )
 
 
-def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
-    """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
-
-    The one place that check lives, so both say it the same way (`where` names whose limit it is).
-    """
-    problems = []
-    for question in request.questions:
-        if question.kind == "noul":
-            continue
-        limit, what = (max_options, "options") if question.kind == "choice" else (max_levels, "levels")
-        if len(question.options) > limit:
-            problems.append(
-                FieldProblem(
-                    ("body", "questions", question.key, question.kind, "criteria"),
-                    f"at most {limit} {what} per question{where}",
-                    "too_long",
-                    ctx={"max_length": limit},
-                )
-            )
-    if problems:
-        raise InvalidRequest(problems)
-
-
 class Decider:
     """Serves one or more backends; the first is the default behind the `jev-latest` and `default` aliases."""
 
@@ -229,7 +206,8 @@ class Decider:
             name = backend.card.name
             if name in self._models or name in DEFAULT_ALIASES:
                 raise ValueError(f"two served models are both called {name!r}")
-            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name)
+            cost = backend.cost if isinstance(backend, ReportsCost) else None
+            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name, cost=cost)
             self._models[name] = ServedModel(backend, queue)
         self.default_name = backends[0].card.name
         self._aliases = self._alias_map(settings.aliases)

@@ -114,6 +114,14 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class JobCost:
+    """What one prepared job makes the model hold at once: tokens read in one pass, image pixels decoded."""
+
+    tokens: int = 0
+    pixels: int = 0
+
+
+@dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0

@@ -344,3 +344,26 @@ def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimi
     if width < 1 or height < 1 or width * height > limits.max_pixels:
         raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
     return ImageAsset(placeholder, formats[kind], data, width, height)
+
+
+def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
+    """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
+
+    The one place that check lives, so both say it the same way (`where` names whose limit it is).
+    """
+    problems = []
+    for question in request.questions:
+        if question.kind == "noul":
+            continue
+        limit, what = (max_options, "options") if question.kind == "choice" else (max_levels, "levels")
+        if len(question.options) > limit:
+            problems.append(
+                FieldProblem(
+                    ("body", "questions", question.key, question.kind, "criteria"),
+                    f"at most {limit} {what} per question{where}",
+                    "too_long",
+                    ctx={"max_length": limit},
+                )
+            )
+    if problems:
+        raise InvalidRequest(problems)

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import CliServer, cli_process
+from helpers import CliServer, cli_process
 from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
 
 from canvasread.server.auth import bearer_token, collect_api_keys

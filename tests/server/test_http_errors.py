@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import io
 import json
 import threading
 from typing import Any
@@ -12,8 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import zstandard
-from PIL import Image as PILImage
-from serving import serve_app, wait_until
+from helpers import png, post, serve_app, wait_until
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.backends.sparrow import SparrowBackend
@@ -22,10 +20,6 @@ from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest
 
 NOUL = {"type": "noul", "instructions": "Is this about billing?"}
-
-
-def post(base: str, body: Any, **kwargs: Any) -> httpx.Response:
-    return httpx.post(base + "/v1/systemone", json=body, timeout=30, **kwargs)
 
 
 def request_body(**questions: Any) -> dict[str, Any]:
@@ -118,12 +112,6 @@ def test_base64_that_is_not_an_image(sparrow_server: str) -> None:
 
 def test_empty_assets_is_rejected(sparrow_server: str) -> None:
     assert_422_at(post(sparrow_server, {**request_body(), "assets": {}}), ["body", "assets"])
-
-
-def png() -> bytes:
-    buffer = io.BytesIO()
-    PILImage.new("RGB", (4, 4)).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def test_unclaimed_multipart_part(sparrow_server: str) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import zstandard
+from helpers import png, post, serve_app, serve_cli
 from PIL import Image
-from serving import serve_app, serve_cli
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider
@@ -61,10 +61,6 @@ def body(state: Any = "I was charged twice.", **extra: Any) -> dict[str, Any]:
     return {"model": "jev-latest", "state": state, "questions": {"q": NOUL}, **extra}
 
 
-def post(base: str, payload: Any, **kwargs: Any) -> httpx.Response:
-    return httpx.post(base + "/v1/systemone", json=payload, timeout=30, **kwargs)
-
-
 def post_raw(base: str, raw: bytes, **headers: str) -> httpx.Response:
     return httpx.post(
         base + "/v1/systemone", content=raw, headers={"content-type": "application/json", **headers}, timeout=30
@@ -85,12 +81,6 @@ def nested(depth: int) -> Any:
     for level in range(depth):
         value = [value] if level % 2 else {"k": value}
     return value
-
-
-def png(width: int = 4, height: int = 4) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("1", (width, height)).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def image_asset(data: bytes, fmt: str = "png") -> dict[str, str]:

@@ -13,24 +13,19 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import free_port, serve_app, wait_until
+from helpers import even, free_port, serve_app, wait_until
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.server.logs import ACCESS_LOGGER, logfmt
 from canvasread.settings import ServerSettings
-from canvasread.types import DecisionRequest
 
 SECRET = "card 4111-1111-1111-1111 belongs to Ada"
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Is this a refund request?"},
     "team": {"type": "choice", "criteria": {"billing": None, "technical": None}},
 }
-
-
-def even(request: DecisionRequest) -> list[list[float]]:
-    return [[1 / len(q.options)] * len(q.options) for q in request.questions]
 
 
 def post(base: str, model: str = "jev-latest", questions: dict[str, Any] = QUESTIONS) -> httpx.Response:

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
+from helpers import serve_app
 from prometheus_client.parser import text_string_to_metric_families
-from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider

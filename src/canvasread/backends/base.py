@@ -26,6 +26,7 @@ from canvasread.types import (
     DecisionRequest,
     DecisionResult,
     Distribution,
+    JobCost,
     ModelCard,
     Usage,
 )
@@ -57,6 +58,17 @@ class ReportsCounters(Protocol):
     """
 
     def counters(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class ReportsCost(Protocol):
+    """Optional: what a prepared job makes the model hold at once (tokens in one pass, pixels decoded).
+
+    The batch queue forms batches under `BatchSettings.max_batch_tokens`/`max_batch_pixels` from it, so
+    peak memory is bounded whatever the mix of requests. Called on the event loop: keep it arithmetic.
+    """
+
+    def cost(self, job: Any) -> JobCost: ...
 
 
 @runtime_checkable

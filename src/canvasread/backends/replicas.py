@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCounters
-from canvasread.types import DecisionRequest, DecisionResult, ModelCard
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsCounters
+from canvasread.types import DecisionRequest, DecisionResult, JobCost, ModelCard
 
 
 class ReplicaSet:
@@ -54,6 +54,10 @@ class ReplicaSet:
                 for name, value in replica.counters().items():
                     totals[name] = totals.get(name, 0.0) + value
         return totals
+
+    def cost(self, job: Any) -> JobCost:
+        first = self.replicas[0]
+        return first.cost(job) if isinstance(first, ReportsCost) else JobCost()
 
     def prepare(self, request: DecisionRequest) -> Any:
         return self.replicas[0].prepare(request)

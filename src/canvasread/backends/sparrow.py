@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canvasread.backends.sparrow_static import PooledQuestion, PooledRequest, StaticReader
 from canvasread.types import (
     Capabilities,
     DecisionRequest,
@@ -53,12 +55,36 @@ def _sparrow_question(question: Question) -> dict[str, Any]:
     return {"type": "score", "instructions": question.instructions, "criteria": levels}
 
 
-class SparrowBackend:
-    """Answers each question independently on the CPU; a batch is just a loop (each read is ~0.1 ms)."""
+# What one request may make the model read, in pooled tokens (each text counts at most the 512 the model reads):
+# the state, then per question its instructions and every option. 65,536 admits 40 questions of 255 short options
+# or 800 of 10, and keeps the worker's share of the worst admitted request to seconds (a 255-option read is ~30 ms).
+DEFAULT_MAX_REQUEST_TOKENS = 65_536
 
-    def __init__(self, model: str = DEFAULT_SPARROW_MODEL) -> None:
+
+@dataclass(frozen=True)
+class SparrowJob:
+    """A request with every text already read (`pooled`; None for models that are not static)."""
+
+    request: DecisionRequest
+    pooled: PooledRequest | None
+
+
+class SparrowBackend:
+    """Answers each question independently on the CPU.
+
+    Text work (rendering, tokenising, pooling) happens once per request in `prepare`, on the request's own
+    thread; the worker runs only numpy, so a request with a huge state does not hold it for seconds.
+    """
+
+    def __init__(
+        self, model: str = DEFAULT_SPARROW_MODEL, max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
+    ) -> None:
+        if max_request_tokens < 1:
+            raise ValueError("max_request_tokens must be at least 1")
         self._model_name = model
+        self.max_request_tokens = max_request_tokens
         self._decider: Any = None
+        self._reader: StaticReader | None = None
         self._card = ModelCard(
             name=model.removesuffix(".sparrow").rsplit("/", 1)[-1],
             description=(
@@ -78,6 +104,7 @@ class SparrowBackend:
         from sparrow_decider import Decider
 
         self._decider = Decider.load(self._model_name)
+        self._reader = StaticReader(self._decider.static) if self._decider.static is not None else None
 
     @property
     def fingerprint(self) -> str:
@@ -86,33 +113,50 @@ class SparrowBackend:
 
         return "sha256:" + hashlib.sha256(Path(_resolve(self._model_name)).read_bytes()).hexdigest()
 
-    def prepare(self, request: DecisionRequest) -> DecisionRequest:
-        return request
+    def prepare(self, request: DecisionRequest) -> SparrowJob:
+        """Read every text of the request once; past `max_request_tokens` it is refused (413) before it queues."""
+        if self._reader is None:
+            return SparrowJob(request, None)
+        asked = [_sparrow_question(q) for q in request.questions if len(q.options) > 1]
+        return SparrowJob(request, self._reader.pool_request(request.state, asked, self.max_request_tokens))
 
-    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
-        return [self._decide_one(request) for request in jobs]
+    def decide(self, jobs: Sequence[SparrowJob]) -> list[DecisionResult]:
+        return [self._decide_one(job) for job in jobs]
 
-    def _decide_one(self, request: DecisionRequest) -> DecisionResult:
+    def _decide_one(self, job: SparrowJob) -> DecisionResult:
+        if job.pooled is None:
+            return self._decide_unpooled(job.request)
+        pooled = iter(job.pooled.questions)
         distributions = []
-        input_tokens = self._count_tokens(_text(request.state))
+        for question in job.request.questions:
+            if len(question.options) == 1:
+                distributions.append(Distribution((1.0,)))
+                continue
+            read = next(pooled)
+            probabilities = self._reader_probabilities(job.pooled, read)
+            distributions.append(Distribution(_in_option_order(question, read.names, probabilities)))
+        return DecisionResult(tuple(distributions), Usage(job.pooled.tokens, len(job.request.questions)))
+
+    def _reader_probabilities(self, pooled: PooledRequest, question: PooledQuestion) -> Sequence[float]:
+        assert self._reader is not None
+        return [float(p) for p in self._reader.probabilities(pooled.state, question)]
+
+    def _decide_unpooled(self, request: DecisionRequest) -> DecisionResult:
+        """Models with an attention encoder read state and question together, so each question tokenises both."""
+        distributions = []
         for question in request.questions:
-            distributions.append(Distribution(self._probabilities(request.state, question)))
-            input_tokens += self._count_tokens(_text(question.instructions))
-            input_tokens += sum(self._count_tokens(f"{o.name} {_text(o.description)}") for o in question.options)
-        return DecisionResult(tuple(distributions), Usage(input_tokens, len(request.questions)))
+            if len(question.options) == 1:
+                distributions.append(Distribution((1.0,)))
+                continue
+            _, names, _, probabilities = self._decider.probs(request.state, _sparrow_question(question))
+            distributions.append(Distribution(_in_option_order(question, names, [float(p) for p in probabilities])))
+        texts = [_text(request.state)] + [_text(q.instructions) for q in request.questions]
+        texts += [f"{o.name} {_text(o.description)}" for q in request.questions for o in q.options]
+        tokens = sum(len(self._decider.tok.encode(text)) for text in texts if text)
+        return DecisionResult(tuple(distributions), Usage(tokens, len(request.questions)))
 
-    def _probabilities(self, state: JSONValue, question: Question) -> tuple[float, ...]:
-        if len(question.options) == 1:
-            return (1.0,)
-        _, names, _, probabilities = self._decider.probs(state, _sparrow_question(question))
-        by_name = {name: float(p) for name, p in zip(names, probabilities, strict=True)}
-        total = sum(by_name.values())
-        return tuple(by_name[name] / total for name in question.option_names)
 
-    def _count_tokens(self, text: str) -> int:
-        if not text:
-            return 0
-        static = self._decider.static
-        if static is not None:
-            return len(static.tok.encode(text, 1 << 30))
-        return len(self._decider.tok.encode(text))
+def _in_option_order(question: Question, names: Sequence[str], probabilities: Sequence[float]) -> tuple[float, ...]:
+    by_name = dict(zip(names, probabilities, strict=True))
+    total = sum(by_name.values())
+    return tuple(by_name[name] / total for name in question.option_names)

@@ -26,6 +26,7 @@ from canvasread.types import (
     DecisionRequest,
     DecisionResult,
     Distribution,
+    JobCost,
     JSONValue,
     ModelCard,
     Usage,
@@ -117,6 +118,12 @@ class CanvasBackend:
         assert self._planner is not None, "prepare() before load()"
         seed = request.options.seed if request.options.seed is not None else secrets.randbits(63)
         return CanvasJob(request, self._planner.plan(request), seed)
+
+    def cost(self, job: CanvasJob) -> JobCost:
+        """The prompt plus every canvas of the first reads (all in one pass), and the images' pixels."""
+        canvas_tokens = sum(len(canvas.ids) for canvas in job.plan.canvases) * self._initial_reads(job)
+        pixels = sum(asset.width * asset.height for asset in job.request.assets.values())
+        return JobCost(len(job.plan.prompt_ids) + canvas_tokens, pixels)
 
     def decide(self, jobs: Sequence[CanvasJob]) -> list[DecisionResult]:
         started = time.monotonic()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from canvasread.decide import check_option_counts
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
+from canvasread.wire import check_option_counts
 
 _CHUNK = 1 << 20
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'"[]{}')))

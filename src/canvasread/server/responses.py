@@ -44,7 +44,7 @@ _ERROR_MEANINGS = {
     400: "Unknown model (api_usage_error; the message lists the served ones), or a body that cannot be read "
     "(bad_request: broken compression, unknown encoding, malformed multipart)",
     401: "Missing or unknown API key (authentication_error)",
-    413: "Body larger than the limit, before or after decompression",
+    413: "Body larger than the limit, before or after decompression, or more reading than the model allows",
     500: "The model failed on this request; the server log has the details under the request id",
     503: "The model is loading, failed to load, or is unhealthy; retry",
     504: "No answer within the server's deadline; the request was dropped",

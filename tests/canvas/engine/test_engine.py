@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import png
 
 from canvasread.canvas.backend import CanvasBackend, CanvasJob
 from canvasread.canvas.plan import noisy_canvas
@@ -207,16 +208,6 @@ def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_
     assert ask(options, "as-given") != ask(shifted, "as-given")  # the plain read does move with the order
 
 
-def png(colour: tuple[int, int, int], size: tuple[int, int]) -> bytes:
-    import io
-
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
     """An image in the state becomes the vision tower's soft tokens; the read equals a plain forward given the
     same image features (transformers' own `mm_encoder_outputs` path)."""
@@ -241,7 +232,7 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
             }
         )[1]
 
-    red, blue = png((220, 20, 20), (96, 64)), png((20, 20, 220), (40, 90))
+    red, blue = png(96, 64, (220, 20, 20)), png(40, 90, (20, 20, 220))
     job = backend.prepare(request_with(red))
     [image] = job.plan.images
     assert job.plan.prompt_ids[image.start - 1] == runtime.images.begin_id

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import serve_app
+from helpers import serve_app
 from vllm_standin import LOGPROB_FLOOR, load_standin, running
 
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend

@@ -8,15 +8,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from serving import free_port, serve_cli, wait_until
+from helpers import eventually, free_port, serve_cli, wait_until
 from vllm_standin import load_standin, running
 
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
@@ -25,7 +24,7 @@ from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 
-STANDIN = Path(__file__).parent / "vllm_standin.py"
+STANDIN = Path(__file__).parents[2] / "vllm_standin.py"
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "charges", "technical": None}},
@@ -60,13 +59,6 @@ def backend_of(decider: Decider) -> UpstreamCanvasBackend:
     backend = decider.served[0].backend
     assert isinstance(backend, UpstreamCanvasBackend)
     return backend
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -123,7 +115,7 @@ def test_a_failed_upstream_is_probed_until_it_is_back(tiny_checkpoint: Path) -> 
             port = int(first_url.rsplit(":", 1)[1])
             decider = proxy_over((first_url, second_url), tiny_checkpoint)
             pool = backend_of(decider).pool
-            eventually(lambda: all(u.healthy for u in pool.upstreams))
+            eventually(lambda: all(u.healthy for u in pool.upstreams), timeout=30)
             for seed in range(4):
                 decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)
             assert first.requests and second.requests, "requests are spread over both upstreams"
@@ -134,7 +126,7 @@ def test_a_failed_upstream_is_probed_until_it_is_back(tiny_checkpoint: Path) -> 
             assert len(second.requests) == served_before + 4
             assert not pool.upstreams[0].healthy and pool.health_problem() is None
             with running(first, port):
-                eventually(lambda: pool.upstreams[0].healthy)
+                eventually(lambda: pool.upstreams[0].healthy, timeout=30)
                 before = len(first.requests)
                 for seed in range(4):
                     decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)

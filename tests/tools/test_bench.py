@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serving import serve_cli
+from helpers import serve_cli
 
 REQUIRED_KEYS = {
     "gpu",

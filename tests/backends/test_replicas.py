@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving import serve_app
+from helpers import serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.backends.replicas import ReplicaSet

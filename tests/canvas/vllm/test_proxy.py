@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import serve_app
+from helpers import serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 

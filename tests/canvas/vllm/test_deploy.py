@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
-from serving import free_port, wait_until
+from helpers import free_port, wait_until
 from typer.main import get_command
 from vllm_standin import Standin, create_app, load_standin, running
 
@@ -35,9 +35,9 @@ from canvasread.cli import app as cli_app
 from canvasread.decide import Decider
 from canvasread.server.app import create_app as create_canvasread_app
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[3]
 DEPLOY = REPO / "deploy"
-STANDIN = Path(__file__).parent / "vllm_standin.py"
+STANDIN = Path(__file__).parents[2] / "vllm_standin.py"
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Is the customer asking for money back?"}}
 # The `vllm serve` flags the recipes use, as vLLM documents them (engine arguments and the OpenAI server's).
 VLLM_FLAGS = {

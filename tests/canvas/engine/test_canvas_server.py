@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving import serve_cli
+from helpers import serve_cli
 from typesafe_sdk import Choice, Image, Noul, Score, TypeSafeClient
 
 ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="

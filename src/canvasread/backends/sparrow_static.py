@@ -1,0 +1,156 @@
+"""The sparrow static model's read, split so that each text is tokenised once per request, never once per question.
+
+`sparrow_decider.static.StaticModel.probs(state, instructions, kind, options)`
+renders and tokenises the whole state for every question (pure Python, about
+a second per megabyte), though it pools only the first `max_len` tokens of
+each text. Here the same numbers come from two steps:
+
+- `pool_request` (the request's own thread, before queueing): every text —
+  the state, each instructions, each option — rendered once and tokenised
+  only as far as the model reads it (`bounded_ids`), pooled to vectors, and
+  the state's key-value pairs read once;
+- `probabilities` (the model's worker): numpy only, per question.
+
+The math mirrors `StaticModel.features`/`logits`/`probs` of the pinned
+sparrow-decider 0.2.0 line by line; `tests/backends/test_sparrow.py` holds the
+two to equality on both bundled models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sparrow_decider import _options
+from sparrow_decider.engine import gelu, softmax
+from sparrow_decider.static import KINDS, _content, kv_pairs, value_features
+
+from canvasread.errors import PayloadTooLarge
+
+# Text is tokenised in chunks of about this many characters, cut after a space or newline (where
+# normalisation and pre-tokenisation start afresh), so a long text costs only what the model reads of it.
+CHUNK_CHARS = 4096
+
+
+def bounded_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
+    """`tokenizer.encode(text, limit)`, exactly, normalising no more of `text` than its first `limit` tokens need."""
+    ids: list[int] = []
+    start = 0
+    while start < len(text) and len(ids) < limit:
+        end = _chunk_end(text, start)
+        ids.extend(tokenizer.encode(text[start:end], limit - len(ids)))
+        start = end
+    return ids[:limit]
+
+
+def _chunk_end(text: str, start: int) -> int:
+    """Just past the last space or newline within `CHUNK_CHARS` of `start` (past the next one if none is nearer)."""
+    window = start + CHUNK_CHARS
+    if window >= len(text):
+        return len(text)
+    cut = max(text.rfind(" ", start, window), text.rfind("\n", start, window))
+    if cut < start:
+        later = [found for found in (text.find(" ", window), text.find("\n", window)) if found >= 0]
+        return min(later) + 1 if later else len(text)
+    return cut + 1
+
+
+@dataclass(frozen=True)
+class PooledState:
+    vector: np.ndarray
+    pair_values: np.ndarray | None  # per key-value pair: emb(key) * g(value), normalised keys [P x H]
+    pair_labels: np.ndarray | None  # per pair: the normalised pooled label of its line [P x H]
+
+
+@dataclass(frozen=True)
+class PooledQuestion:
+    kind: str
+    names: tuple[str, ...]  # sparrow's option order (its noul is false, true)
+    instructions: np.ndarray
+    options: np.ndarray  # [K x H]
+
+
+@dataclass(frozen=True)
+class PooledRequest:
+    state: PooledState
+    questions: tuple[PooledQuestion, ...]
+    tokens: int  # what the model read: the pooled tokens of every text
+
+
+class _Budget:
+    """Counts pooled tokens, refusing the request as soon as it reads more than `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, count: int) -> None:
+        self.used += count
+        if self.used > self.limit:
+            raise PayloadTooLarge(
+                f"the request needs more than {self.limit} tokens of reading (state, instructions and every "
+                "option); send a shorter state or fewer or shorter options, or split the questions over requests"
+            )
+
+
+def _normalised(z: np.ndarray) -> np.ndarray:
+    scaled: np.ndarray = z / np.maximum(np.linalg.norm(z, axis=-1, keepdims=True), 1e-12)
+    return scaled
+
+
+class StaticReader:
+    """Pools texts and reads questions with the weights of one loaded `StaticModel`."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def _pool(self, text: str, budget: _Budget) -> np.ndarray:
+        ids = bounded_ids(self.model.tok, text, self.model.max_len)
+        budget.take(max(1, len(ids)))
+        result: np.ndarray = self.model.emb[ids or [0]].mean(0)
+        return result
+
+    def pool_request(self, state: Any, questions: list[dict[str, Any]], max_tokens: int) -> PooledRequest:
+        """Everything text-shaped about one request, read once; raises `PayloadTooLarge` past `max_tokens`."""
+        budget = _Budget(max_tokens)
+        text = _content(state)
+        vector = self._pool(text, budget)
+        pair_values = pair_labels = None
+        pairs = kv_pairs(text) if self.model.kv else []
+        if pairs:
+            w = self.model.w
+            keys = _normalised(np.stack([self._pool(key, budget) for key, _, _ in pairs]))
+            pair_labels = _normalised(np.stack([self._pool(label, budget) for _, label, _ in pairs]))
+            numbers = np.array([value_features(value) for _, _, value in pairs], np.float32)
+            pair_values = keys * np.tanh(numbers @ w["g.weight"].T + w["g.bias"])
+        pooled = []
+        for question in questions:
+            kind, options = _options(question)
+            instructions = self._pool(_content(question.get("instructions")), budget)
+            vectors = np.stack([self._pool(f"{name} {description or ''}", budget) for name, description in options])
+            pooled.append(PooledQuestion(kind, tuple(name for name, _ in options), instructions, vectors))
+        return PooledRequest(PooledState(vector, pair_values, pair_labels), tuple(pooled), budget.used)
+
+    def probabilities(self, state: PooledState, question: PooledQuestion) -> np.ndarray:
+        """`StaticModel.probs` from pooled vectors: softmax of the MLP's option logits over the temperature."""
+        w = self.model.w
+        s = _normalised(state.vector)
+        q = _normalised(question.instructions + w["kind.weight"][KINDS[question.kind]])
+        o = _normalised(question.options)
+        mean = o.mean(0, keepdims=True)
+        blocks = [o, s * o, q * o, s * q * o, o - mean, (s - mean) * o]
+        if self.model.kv:
+            if state.pair_values is None or state.pair_labels is None:
+                pairs_mean, bound = np.zeros(o.shape[-1], np.float32), np.zeros_like(o)
+            else:
+                attention = softmax(float(w["tau"][0]) * (o @ state.pair_labels.T), -1)
+                pairs_mean, bound = state.pair_values.mean(0), attention @ state.pair_values
+            blocks += [pairs_mean * o, pairs_mean * q * o, bound, bound * q]
+        features = np.concatenate([np.broadcast_to(block, o.shape) for block in blocks], -1)
+        hidden = gelu(features @ w["mlp.0.weight"].T + w["mlp.0.bias"])
+        hidden = gelu(hidden @ w["mlp.2.weight"].T + w["mlp.2.bias"])
+        logits = (hidden @ w["mlp.4.weight"].T + w["mlp.4.bias"])[:, 0]
+        temperature = float(self.model.cfg.get("temperature_by_kind", {}).get(question.kind, 1.0))
+        result: np.ndarray = softmax(logits / temperature)
+        return result

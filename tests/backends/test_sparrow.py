@@ -1,0 +1,158 @@
+"""The embedded sparrow backend: the library's own numbers, texts read once per request, a bounded cost per request."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from sparrow_decider import Decider as SparrowLibrary
+
+from canvasread.backends.sparrow import SparrowBackend, SparrowJob, _sparrow_question
+from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
+from canvasread.decide import Decider
+from canvasread.errors import PayloadTooLarge
+from canvasread.types import DecisionRequest, DecisionResult
+from canvasread.wire import parse_request
+
+MODELS = ("sparrow-nano-general-v1.1", "sparrow-nano-robot-v1.2")
+QUESTIONS: dict[str, Any] = {
+    "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+    "side": {"type": "noul", "instructions": "Low battery?", "criteria": {"true": "under 10%"}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "charges", "tech": None, "sales": ""},
+    },
+    "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", "furious"]},
+    "one": {"type": "score", "instructions": "Only one level", "criteria": ["all"]},
+}
+STATES: list[Any] = [
+    "I was charged twice for order 1182. I want my money back!",
+    {"robot": {"battery": "6%", "zone_a": "dirt_level=34", "obstacle_cm": 12}, "note": "ΣΑΣ  tabs\there\r\nnew"},
+    "long text, " * 3000 + "battery: 4% and zone_b: dirt_level=90",  # past the 512 tokens the model reads
+    "",
+    ["a", 1.5, None, {"nested": [True, "x" * 150]}],
+]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def pair(request: pytest.FixtureRequest) -> tuple[SparrowBackend, SparrowLibrary]:
+    backend = SparrowBackend(request.param)
+    backend.load()
+    return backend, SparrowLibrary.load(request.param)
+
+
+def parsed(state: Any, questions: dict[str, Any] = QUESTIONS) -> DecisionRequest:
+    return parse_request({"model": "m", "state": state, "questions": questions})[1]
+
+
+@pytest.mark.parametrize("state", STATES, ids=range(len(STATES)))
+def test_answers_equal_the_librarys_own_reads(pair: tuple[SparrowBackend, SparrowLibrary], state: Any) -> None:
+    backend, library = pair
+    request = parsed(state)
+    [result] = backend.decide([backend.prepare(request)])
+    for question, distribution in zip(request.questions, result.distributions, strict=True):
+        if len(question.options) == 1:
+            assert distribution.probabilities == (1.0,)
+            continue
+        _, names, _, expected = library.probs(state, _sparrow_question(question))
+        by_name = dict(zip(names, (float(p) for p in expected), strict=True))
+        want = [by_name[name] / sum(by_name.values()) for name in question.option_names]
+        np.testing.assert_allclose(distribution.probabilities, want, rtol=1e-5, atol=1e-7)
+
+
+def test_bounded_tokenising_equals_the_tokenizers_own_truncation() -> None:
+    tokenizer = SparrowLibrary.load().static.tok
+    texts = [
+        "word " * 5000,
+        ("Ünïcödé ΣΑΣ, punctuation!? " * 400) + "tail",
+        "x" * (CHUNK_CHARS * 3) + " after a very long word",
+        "lines\n" * 3000,
+        "",
+    ]
+    for text in texts:
+        for limit in (1, 7, 512, 10**6):
+            assert bounded_ids(tokenizer, text, limit) == tokenizer.encode(text, limit)
+
+
+def test_usage_counts_what_the_model_read_and_a_request_past_the_budget_is_refused() -> None:
+    backend = SparrowBackend(max_request_tokens=600)
+    backend.load()
+    [result] = backend.decide([backend.prepare(parsed("word " * 10_000, {"q": QUESTIONS["refund"]}))])
+    assert 512 < result.usage.input_tokens < 600  # the state counts the 512 tokens read, not 10,000
+    criteria = {f"option {i}": "a description of several words" for i in range(100)}
+    with pytest.raises(PayloadTooLarge, match="more than 600 tokens"):
+        backend.prepare(parsed("s", {"q": {"type": "choice", "criteria": criteria}}))
+
+
+class Recording(SparrowBackend):
+    """Records which requests each batch held; a "huge" request's reading waits until `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def prepare(self, request: DecisionRequest) -> SparrowJob:
+        if str(request.state).startswith("huge"):
+            self.reading.set()
+            assert self.release.wait(30)
+        return super().prepare(request)
+
+    def decide(self, jobs: Sequence[SparrowJob]) -> list[DecisionResult]:
+        self.batches.append([str(job.request.state)[:5] for job in jobs])
+        return super().decide(jobs)
+
+
+HUGE = "huge " + "I was charged twice for order 1182. " * 28_000  # 1 MB
+
+
+def test_the_worker_tokenises_nothing() -> None:
+    """A 1 MB state with 40 questions used to hold the worker for tens of seconds, re-tokenised per question
+    (issue 16, item 5): every text is now read in `prepare`, on the request's own thread, so `decide` (the
+    single worker) runs numpy only. Shown by taking the tokenizer away between the two."""
+    backend = SparrowBackend("sparrow-nano-robot-v1.2")
+    backend.load()
+    job = backend.prepare(parsed(HUGE + " battery: 5%", {f"q{i}": QUESTIONS["team"] for i in range(40)}))
+    tokenizer = backend._decider.static.tok
+
+    def refuse(text: str, max_len: int = 512) -> list[int]:
+        raise AssertionError("the worker tokenised text")
+
+    tokenizer.encode = refuse
+    try:
+        [result] = backend.decide([job])
+    finally:
+        del tokenizer.encode
+    assert len(result.distributions) == 40
+
+
+def test_a_small_request_is_answered_while_a_huge_one_is_still_being_read() -> None:
+    backend = Recording()
+    decider = Decider([backend])
+    decider.load()
+    huge = parsed(HUGE, {f"q{i}": QUESTIONS["team"] for i in range(40)})
+    small = parsed("small request", {"q": QUESTIONS["refund"]})
+
+    async def scenario() -> None:
+        decider.start()
+        try:
+            big = asyncio.create_task(decider.decide("default", huge))
+            while not backend.reading.is_set():
+                await asyncio.sleep(0.001)
+            answered = await asyncio.wait_for(decider.decide("default", small), 30)
+            assert answered.answers["q"]["type"] == "noul"
+            assert not big.done() and backend.batches == [["small"]]
+            backend.release.set()
+            assert len((await big).answers) == 40
+            assert backend.batches == [["small"], ["huge "]]
+        finally:
+            backend.release.set()
+            await decider.stop(5.0)
+
+    asyncio.run(scenario())

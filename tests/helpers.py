@@ -1,0 +1,184 @@
+"""What the tests share: real servers on loopback, requests, images, waiting on conditions, gated backends."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from canvasread.backends.base import FunctionBackend
+from canvasread.types import DecisionRequest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(url: str, *, status: int = 200, timeout: float = 60.0) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == status:
+                return response
+        except httpx.HTTPError as error:
+            last = error
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout}s ({last})")
+
+
+@contextlib.contextmanager
+def serve_app(app: FastAPI, *, wait_ready: bool = True) -> Iterator[str]:
+    """Run an ASGI app under uvicorn in a thread on a free loopback port; yields the base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(base + "/health")
+        if wait_ready:
+            wait_until(base + "/ready")
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@dataclass
+class CliServer:
+    """A running `canvasread serve` process; its output goes to a file so a chatty server never blocks on a pipe."""
+
+    base: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def cli_process(*args: str, ready_timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[CliServer]:
+    """Run `canvasread serve` as a real process; yields it once /ready is 200, and stops it (SIGTERM) after."""
+    port = free_port()
+    command = [sys.executable, "-m", "canvasread", "serve", "--port", str(port), "--log-level", "warning", *args]
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=sink, stderr=sink)
+        server = CliServer(f"http://127.0.0.1:{port}", process, log)
+        try:
+            try:
+                wait_until(server.base + "/ready", timeout=ready_timeout)
+            except TimeoutError:
+                process.kill()
+                process.wait()
+                raise AssertionError(f"server did not become ready:\n{server.output()}") from None
+            yield server
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextlib.contextmanager
+def serve_cli(*args: str, ready_timeout: float = 120.0, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run `canvasread serve` as a real process; yields the base URL once /ready is 200."""
+    with cli_process(*args, ready_timeout=ready_timeout, env=env) as server:
+        yield server.base
+
+
+# ---- requests, images, waiting -----------------------------------------------------------------
+
+
+def post(base: str, body: Any, **kwargs: Any) -> httpx.Response:
+    """POST a JSON body to `/v1/systemone` of the server at `base`."""
+    return httpx.post(base + "/v1/systemone", json=body, **{"timeout": 30, **kwargs})
+
+
+def png(width: int = 4, height: int = 4, colour: tuple[int, int, int] = (0, 0, 0)) -> bytes:
+    """A real PNG of one colour, encoded by Pillow."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait for `condition` to hold, polling; a deadline, not a sleep that races the code under test."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never became true within {timeout}s"
+        time.sleep(0.01)
+
+
+# ---- backends that answer on cue ---------------------------------------------------------------
+
+
+def even(request: DecisionRequest) -> list[list[float]]:
+    """Every question answered with the uniform distribution over its options."""
+    return [[1 / len(q.options)] * len(q.options) for q in request.questions]
+
+
+class GatedBackend(FunctionBackend):
+    """Answers at once, except: a state starting with "hold" blocks its batch until `release`, "poison" raises."""
+
+    def __init__(self, name: str = "gated") -> None:
+        super().__init__(self._answer, name=name)
+        self.seen: list[str] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.problem: str | None = None
+
+    def health_problem(self) -> str | None:
+        return self.problem
+
+    def _answer(self, request: DecisionRequest) -> list[list[float]]:
+        state = str(request.state)
+        self.seen.append(state)
+        if state.startswith("hold"):
+            self.entered.set()
+            self.release.wait(30)
+        if state.startswith("poison"):
+            raise RuntimeError("secret model internals")
+        return [[0.25, 0.75] for _ in request.questions]
+
+
+class Gate:
+    """A batch function for `BatchQueue` that blocks until released, recording the batches it ran."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def __call__(self, jobs: Sequence[str]) -> list[str]:
+        self.entered.set()
+        assert self.release.wait(30), "the gate was never released"
+        self.batches.append(list(jobs))
+        return [job.upper() for job in jobs]
+
+    @property
+    def ran(self) -> list[str]:
+        return [job for batch in self.batches for job in batch]

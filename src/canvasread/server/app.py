@@ -32,7 +32,7 @@ def create_app(decider: Decider, config: ServerSettings = ServerSettings()) -> F
     app = FastAPI(
         title="canvasread",
         version=__version__,
-        lifespan=_lifespan(decider, config),
+        lifespan=_lifespan(decider),
         description="A self-hosted System One decision server.",
     )
     metrics = ServerMetrics(decider)
@@ -43,8 +43,13 @@ def create_app(decider: Decider, config: ServerSettings = ServerSettings()) -> F
     return app
 
 
-def _lifespan(decider: Decider, config: ServerSettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Start the batch loops, load the models in a thread, and drain within the shutdown timeout."""
+def _lifespan(decider: Decider) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the batch loops, load the models in a thread; on the way out, stop without a second drain.
+
+    uvicorn has already given requests in flight `--shutdown-timeout` and
+    cancelled the rest (their queued jobs are dropped), so waiting again here
+    would only hold the exit past the timeout for a batch nobody awaits.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,7 +58,7 @@ def _lifespan(decider: Decider, config: ServerSettings) -> Callable[[FastAPI], A
         try:
             yield
         finally:
-            await decider.stop(config.shutdown_timeout_s)
+            await decider.stop(0.0)
             if not loading.done():
                 logger.warning("shutting down while models are still loading")
 

@@ -92,12 +92,12 @@ def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
 def _decode_zstd(raw: bytes, limit: int) -> bytes:
     try:
         with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-            decoded = reader.read(limit + 1)
-        if len(decoded) > limit:
+            size = len(reader.read(limit + 1))
+        if size > limit:
             raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
-        # The first frame is now known to fit: decode it again, whole, to learn whether it ended and what follows.
+        # The first frame is now known to fit: decode it whole, to learn whether it ended and what follows it.
         frame = zstandard.ZstdDecompressor().decompressobj()
-        frame.decompress(raw)
+        decoded = frame.decompress(raw)
     except zstandard.ZstdError as error:
         raise BadRequest(f"the body is not valid zstd data: {error}") from None
     if not frame.eof:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -30,7 +31,20 @@ from canvasread.settings import ServerSettings
 logger = logging.getLogger("canvasread.server")
 
 
-def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics) -> None:
+class InFlight:
+    """The request tasks running now, so shutdown can let cancelled ones send their 503 before the process exits."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def settled(self, timeout_s: float) -> None:
+        """Wait, at most `timeout_s`, until every request task has finished answering."""
+        pending = {task for task in self.tasks if task is not asyncio.current_task()}
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+
+def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics, in_flight: InFlight) -> None:
     """Install the stack; Starlette runs the last one added outermost."""
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
     if config.cors_origins:
@@ -44,20 +58,25 @@ def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics)
         )
     if config.checks_host:
         app.add_middleware(HostGuardMiddleware, config=config)
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
     app.add_middleware(ObserveMiddleware, sinks=(metrics.record, AccessLog(payloads=config.log_payloads)))
 
 
 class RequestIdMiddleware:
     """Gives every response, errors and crashes included, an `x-typesafe-request-id` (the SDK requires it)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, in_flight: InFlight) -> None:
         self.app = app
+        self.in_flight = in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        task = asyncio.current_task()
+        if task is not None:
+            self.in_flight.tasks.add(task)
+            task.add_done_callback(self.in_flight.tasks.discard)
         request_id = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         started = False

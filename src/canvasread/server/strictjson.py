@@ -45,11 +45,13 @@ def json_shape(data: bytes) -> JsonShape:
     brackets and separators; a byte counts when an even number of quotes
     precede it. Exact for valid JSON.
     """
-    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    structure = np.frombuffer(unescaped.translate(None, _NOT_STRUCTURE), dtype=np.uint8)
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")  # the same object when there is nothing to drop
     quotes = depth = deepest = items = 0
-    for start in range(0, len(structure), _CHUNK):  # in chunks: a body of brackets needs no 8x-sized array
-        chunk = structure[start : start + _CHUNK]
+    for start in range(0, len(unescaped), _CHUNK):  # in chunks: no body-sized copy, no 8x-sized array
+        structure = unescaped[start : start + _CHUNK].translate(None, _NOT_STRUCTURE)
+        if not structure:
+            continue
+        chunk = np.frombuffer(structure, dtype=np.uint8)
         quote_count = quotes + np.cumsum(chunk == ord('"'), dtype=np.int64)
         outside = quote_count % 2 == 0
         opens = outside & ((chunk == ord("[")) | (chunk == ord("{")))

@@ -236,3 +236,19 @@ def test_allowed_hosts_and_public_binds_answer_other_names() -> None:
         assert httpx.get(url + "/health", headers={"host": "other.internal"}).status_code == 400
     with serve_app(even_app(ServerSettings(host="0.0.0.0"))) as url:
         assert httpx.get(url + "/health", headers={"host": "anything.example"}).status_code == 200
+
+
+# ---- issue 15 item 7: /docs works offline --------------------------------------------------------
+
+
+def test_docs_load_swagger_ui_from_this_server(base: str) -> None:
+    import re
+
+    page = httpx.get(base + "/docs")
+    assert page.status_code == 200
+    urls = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ?["']([^"']+)["']""", page.text)
+    found = [a or b for a, b in urls]
+    assert found and all(url.startswith("/") for url in found), found  # nothing from a CDN
+    for url in found:
+        assert httpx.get(base + url).status_code == 200, url
+    assert "SwaggerUIBundle" in httpx.get(base + "/docs/assets/swagger-ui-bundle.js").text

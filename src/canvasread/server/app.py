@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from canvasread import __version__
 from canvasread.decide import Decider
+from canvasread.server.docs import add_docs
 from canvasread.server.exceptions import add_exception_handlers
 from canvasread.server.handlers import Handlers
 from canvasread.server.metrics import ServerMetrics
@@ -35,11 +36,14 @@ def create_app(decider: Decider, config: ServerSettings = ServerSettings()) -> F
         version=__version__,
         lifespan=_lifespan(decider, in_flight, config.shutdown_timeout_s),
         description="A self-hosted System One decision server.",
+        docs_url=None,  # `docs.py` serves Swagger UI from the package, not a CDN
+        redoc_url=None,
     )
     metrics = ServerMetrics(decider)
     add_middleware(app, config, metrics, in_flight)
     add_exception_handlers(app)
     add_routes(app, Handlers(decider, config, metrics))
+    add_docs(app)
     install_openapi(app, bearer=bool(config.api_keys))
     return app
 

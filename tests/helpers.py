@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import socket
@@ -21,6 +22,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from canvasread.backends.base import FunctionBackend
+from canvasread.server.run import uvicorn_config
+from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
 
 
@@ -45,10 +48,19 @@ def wait_until(url: str, *, status: int = 200, timeout: float = 60.0) -> httpx.R
 
 
 @contextlib.contextmanager
-def serve_app(app: FastAPI, *, wait_ready: bool = True) -> Iterator[str]:
-    """Run an ASGI app under uvicorn in a thread on a free loopback port; yields the base URL."""
+def serve_app(app: FastAPI, *, wait_ready: bool = True, settings: ServerSettings | None = None) -> Iterator[str]:
+    """Run an ASGI app under uvicorn in a thread on a free loopback port; yields the base URL.
+
+    With `settings`, uvicorn runs as `canvasread serve` runs it (its protocol, timeouts and connection limit).
+    """
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    if settings is None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    else:
+        config = uvicorn_config(
+            app, dataclasses.replace(settings, port=port), log_level="warning", configure_logging=False
+        )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"

@@ -128,3 +128,21 @@ def test_shutdown_timeout_is_a_flag() -> None:
         timeout=60,
     )
     assert result.returncode == 1 and "shutdown_timeout_s cannot be negative" in result.stdout
+
+
+def test_sigterm_exit_is_bounded_by_the_shutdown_timeout_while_a_batch_runs() -> None:
+    """The running batch cannot be interrupted, but the process does not wait for it (issue 16 item 13)."""
+    with cli_process("--shutdown-timeout", "1") as server, httpx.Client(base_url=server.base, timeout=120) as client:
+        started = time.monotonic()
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(client.post, "/v1/systemone", json=slow_body(1000))
+            time.sleep(0.5)
+            assert not in_flight.done()
+            signalled = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(timeout=60) in CLEAN_EXITS
+            exited = time.monotonic()
+            outcome = in_flight.exception() or in_flight.result()
+        # 1 s for requests in flight, then the lifespan: far less than the minutes this batch takes.
+        assert exited - signalled < 10, (exited - signalled, exited - started)
+        assert isinstance(outcome, httpx.Response) and outcome.status_code == 503, outcome

@@ -145,7 +145,9 @@ class BatchQueue(Generic[JobT, ResultT]):
             self._held = None
         while self._queue is not None and not self._queue.empty():
             self._fail([self._queue.get_nowait()], NotReady(f"{self.name} is shutting down"))
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        # A batch still running past the drain cannot be interrupted; waiting for it here would hold the process
+        # past --shutdown-timeout. Its thread is left to the process exit.
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def submit(self, prepare: Callable[[], Awaitable[JobT]]) -> ResultT:
         """Take a place in line, prepare the job, queue it and wait for its result.

@@ -130,3 +130,36 @@ class CalibrationMismatch(CanvasreadError):
     """A calibration file fit for another model (or other weights) than the one served; refused at startup."""
 
     error_type = "calibration_mismatch"
+
+
+class RequestTimeout(CanvasreadError):
+    """The body did not arrive within the server's body timeout (408)."""
+
+    status_code = 408
+    error_type = "request_timeout"
+
+
+class UnsupportedMediaType(CanvasreadError):
+    """A body that is neither `application/json` nor `multipart/form-data` (415)."""
+
+    status_code = 415
+    error_type = "unsupported_media_type"
+
+
+class RouteNotFound(CanvasreadError):
+    """No route at this path (404); an unknown model is `ModelNotFound`."""
+
+    status_code = 404
+    error_type = "not_found"
+
+
+class MethodNotAllowed(CanvasreadError):
+    status_code = 405
+    error_type = "method_not_allowed"
+
+
+class HostNotAllowed(CanvasreadError):
+    """A `Host` header this server does not answer to: the guard against DNS rebinding (400)."""
+
+    status_code = 400
+    error_type = "host_not_allowed"

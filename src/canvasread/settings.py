@@ -19,6 +19,21 @@ MAX_LEVELS = 10
 DEFAULT_MAX_JSON_DEPTH = 64
 # Well below Python's recursion limit (1000), which the JSON parser and every renderer of the state share.
 MAX_JSON_DEPTH = 256
+# Real requests hold thousands of items; a million bounds the Python objects of one parsed body near 100 MB.
+DEFAULT_MAX_JSON_ITEMS = 1_000_000
+# Long enough for a 32 MiB body over a slow uplink (~1 MB/s), short enough that stalled uploads do not pile up.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+# A client that has not sent its request line and headers in this long is a slowloris, not a slow network.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+# Idle keep-alive connections are closed after this long (clients reconnect in a millisecond on loopback).
+DEFAULT_KEEP_ALIVE_S = 5
+# Open connections plus requests in flight before new requests get 503: well above --max-pending's
+# default queue per model, well below the file descriptors a default ulimit (1024) allows.
+DEFAULT_MAX_CONNECTIONS = 768
+# Bodies parsed at once, each in its own thread: parsing is CPU-bound, so more than the cores only adds memory.
+DEFAULT_PARSE_WORKERS = 2
+# Host names that name this machine; a server bound to loopback answers only these (DNS rebinding).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 # In-flight requests get this long to finish after SIGTERM (a batch on a GPU takes seconds, not minutes).
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30
 # Access-log line format: logfmt text for people, one JSON object a line for log shippers.
@@ -50,12 +65,20 @@ class ServerSettings:
     max_options: int = MAX_OPTIONS
     max_levels: int = MAX_LEVELS
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS
     images: ImageLimits = ImageLimits()
     shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S
     api_keys: frozenset[str] = field(default_factory=frozenset, repr=False)
     cors_origins: tuple[str, ...] = ()
     log_format: LogFormat = "text"
     log_payloads: bool = False
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    keep_alive_s: int = DEFAULT_KEEP_ALIVE_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    parse_workers: int = DEFAULT_PARSE_WORKERS
+    # Extra `Host` names to answer to (a reverse proxy's name); the loopback names are always allowed.
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -72,3 +95,18 @@ class ServerSettings:
             raise ValueError(f"max_json_depth must be 4..{MAX_JSON_DEPTH}")
         if self.shutdown_timeout_s < 0:
             raise ValueError("shutdown_timeout_s cannot be negative")
+        if self.max_json_items < 1000:
+            raise ValueError("max_json_items below 1000 would refuse ordinary requests")
+        if min(self.body_timeout_s, self.header_timeout_s, self.keep_alive_s) <= 0:
+            raise ValueError("body, header and keep-alive timeouts must be positive")
+        if self.max_connections < 1 or self.parse_workers < 1:
+            raise ValueError("max_connections and parse_workers must be at least 1")
+
+    @property
+    def checks_host(self) -> bool:
+        """Bound to loopback: only local pages should reach it, so a foreign `Host` is a DNS-rebinding attempt."""
+        return self.host in LOOPBACK_HOSTS
+
+    def allows_host(self, host: str) -> bool:
+        """Whether a request's `Host` header (port stripped) names this server."""
+        return host.lower() in LOOPBACK_HOSTS or host.lower() in {h.lower() for h in self.allowed_hosts}

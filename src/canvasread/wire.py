@@ -327,22 +327,28 @@ def _decode_assets(
 
 
 def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimits()) -> ImageAsset:
-    """Check that bytes are a PNG or JPEG of sane size, reading only the header (never decoding pixels)."""
+    """Check that bytes are a PNG or JPEG of sane size: the header against the limits, then one full decode.
+
+    The decode runs only once the header is within the limits, and catches
+    files whose header lies (truncated data, a size the data cannot fill) here,
+    as a 422 at the asset, instead of in the model.
+    """
     from PIL import Image, UnidentifiedImageError
 
     if len(data) > limits.max_bytes:
         raise ValueError(f"image is larger than {limits.max_bytes} bytes")
+    formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
     try:
         with Image.open(io.BytesIO(data)) as image:
             kind = image.format
             width, height = image.size
+            if kind not in formats:
+                raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
+            if width < 1 or height < 1 or width * height > limits.max_pixels:
+                raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
+            _decode(image)
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
         raise ValueError(f"not a readable PNG or JPEG image ({type(error).__name__})") from None
-    formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
-    if kind not in formats:
-        raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
-    if width < 1 or height < 1 or width * height > limits.max_pixels:
-        raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
     return ImageAsset(placeholder, formats[kind], data, width, height)
 
 
@@ -367,3 +373,11 @@ def check_option_counts(request: DecisionRequest, max_options: int, max_levels: 
             )
     if problems:
         raise InvalidRequest(problems)
+
+
+def _decode(image: Any) -> None:
+    """Decode every pixel once; Pillow's decoders raise many unrelated types on corrupt data."""
+    try:
+        image.load()
+    except Exception as error:
+        raise ValueError(f"the image data cannot be decoded ({type(error).__name__}: {error})") from None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from canvasread_cli import assert_one_line_error, canvasread
-from serving import serve_cli
+from helpers import serve_cli
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from canvasread_cli import assert_one_line_error, canvasread
-from serving import free_port, serve_cli, wait_until
+from helpers import free_port, serve_cli, wait_until
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
 from canvasread.server.app import create_app
-from canvasread.server.limits import json_depth
+from canvasread.server.strictjson import json_shape
 from canvasread.settings import ImageLimits, ServerSettings
 from canvasread.types import Capabilities, DecisionRequest
 
@@ -136,7 +136,7 @@ def test_a_server_cannot_raise_the_apis_own_caps() -> None:
 
 def test_nesting_up_to_the_limit_is_accepted(limited: str, backend: CountingBackend) -> None:
     state = nested(6)  # the body's own object adds one level
-    assert json_depth(json.dumps(body(state)).encode()) == 7
+    assert json_shape(json.dumps(body(state)).encode()).depth == 7
     assert post(limited, body(state)).status_code == 200
     assert backend.seen[-1] == state
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import serve_app
 from playwright.sync_api import Page, sync_playwright
-from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider

@@ -16,10 +16,11 @@ from fastapi import FastAPI
 
 from canvasread import __version__
 from canvasread.decide import Decider
+from canvasread.server.docs import add_docs
 from canvasread.server.exceptions import add_exception_handlers
 from canvasread.server.handlers import Handlers
 from canvasread.server.metrics import ServerMetrics
-from canvasread.server.middleware import add_middleware
+from canvasread.server.middleware import InFlight, add_middleware
 from canvasread.server.openapi import install_openapi
 from canvasread.server.routes import add_routes
 from canvasread.settings import ServerSettings
@@ -29,22 +30,33 @@ logger = logging.getLogger("canvasread.server")
 
 def create_app(decider: Decider, config: ServerSettings = ServerSettings()) -> FastAPI:
     """Build the app around a `Decider`; nothing is loaded until the lifespan starts."""
+    in_flight = InFlight()
     app = FastAPI(
         title="canvasread",
         version=__version__,
-        lifespan=_lifespan(decider, config),
+        lifespan=_lifespan(decider, in_flight, config.shutdown_timeout_s),
         description="A self-hosted System One decision server.",
+        docs_url=None,  # `docs.py` serves Swagger UI from the package, not a CDN
+        redoc_url=None,
     )
     metrics = ServerMetrics(decider)
-    add_middleware(app, config, metrics)
+    add_middleware(app, config, metrics, in_flight)
     add_exception_handlers(app)
     add_routes(app, Handlers(decider, config, metrics))
+    add_docs(app)
     install_openapi(app, bearer=bool(config.api_keys))
     return app
 
 
-def _lifespan(decider: Decider, config: ServerSettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Start the batch loops, load the models in a thread, and drain within the shutdown timeout."""
+def _lifespan(
+    decider: Decider, in_flight: InFlight, shutdown_timeout_s: float
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the batch loops, load the models in a thread; on the way out, stop without waiting for the model.
+
+    uvicorn has already given requests in flight `--shutdown-timeout` and
+    cancelled the rest (their queued jobs are dropped): what is left is to let
+    those send their 503, not to wait for a batch nobody awaits.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,7 +65,8 @@ def _lifespan(decider: Decider, config: ServerSettings) -> Callable[[FastAPI], A
         try:
             yield
         finally:
-            await decider.stop(config.shutdown_timeout_s)
+            await in_flight.settled(shutdown_timeout_s)
+            await decider.stop(0.0)
             if not loading.done():
                 logger.warning("shutting down while models are still loading")
 

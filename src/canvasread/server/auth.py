@@ -23,9 +23,10 @@ from canvasread.errors import Unauthorized
 from canvasread.server.responses import error_response
 
 KEYS_ENV = "CANVASREAD_API_KEYS"
-# Probes must work for orchestrators that hold no key; the playground page holds no data (it asks for a key).
+# Probes must work for orchestrators that hold no key; the playground page and Swagger UI's vendored assets
+# hold no data (the pages ask for a key).
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/"})
-PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PREFIXES = ("/static/", "/docs/assets/")
 
 
 def collect_api_keys(

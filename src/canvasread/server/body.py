@@ -4,24 +4,35 @@ The SDK zstd-compresses bodies of 1 KiB and more (multipart ones included)
 and switches to `multipart/form-data` when images are attached: the JSON
 body is the part named `request`, images follow as `asset-0`, `asset-1`...
 Every size is bounded before and after decompression, so a small compressed
-body cannot expand without limit.
+body cannot expand without limit; the declared length is checked before a
+byte is read, and the whole body must arrive within the body timeout.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import zstandard
-from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
-from canvasread.errors import BadRequest, FieldProblem, InvalidRequest, PayloadTooLarge
-from canvasread.server.limits import check_json_depth
-from canvasread.settings import DEFAULT_MAX_JSON_DEPTH
+from canvasread.errors import (
+    BadRequest,
+    FieldProblem,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
+from canvasread.server.multipart import split_multipart
+from canvasread.server.strictjson import parse_json
+from canvasread.settings import ServerSettings
+
+JSON_TYPE = b"application/json"
+MULTIPART_TYPE = b"multipart/form-data"
 
 
 @dataclass(frozen=True)
@@ -32,122 +43,98 @@ class RequestBody:
     parts: dict[str, bytes]
 
 
-async def read_limited(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """Collect a streamed body, refusing it as soon as it passes `limit` bytes."""
+def check_headers(headers: Mapping[str, str], limit: int) -> None:
+    """Refuse before reading: a declared length over the limit (413), a body that is not JSON or multipart (415).
+
+    Requiring the media type also keeps browsers honest: a cross-origin page can
+    send `text/plain` or a form without a CORS preflight, but not JSON.
+    """
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is {declared} bytes; at most {limit} are accepted")
+    media_type, _ = parse_options_header(headers.get("content-type", ""))
+    if media_type not in (JSON_TYPE, MULTIPART_TYPE):
+        shown = media_type.decode("latin-1")[:100] or "none"
+        raise UnsupportedMediaType(f"Content-Type {shown!r}; send application/json or multipart/form-data")
+
+
+async def read_limited(chunks: AsyncIterator[bytes], limit: int, timeout_s: float) -> bytes:
+    """Collect a streamed body within `timeout_s`, refusing it as soon as it passes `limit` bytes."""
     buffer = bytearray()
-    async for chunk in chunks:
-        buffer += chunk
-        if len(buffer) > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in chunks:
+                buffer += chunk
+                if len(buffer) > limit:
+                    raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+    except TimeoutError:
+        raise RequestTimeout(f"the body did not arrive within {timeout_s:g}s") from None
     return bytes(buffer)
 
 
 def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
-    """Undo `Content-Encoding` (zstd, gzip, deflate or identity) with a cap on the decoded size."""
+    """Undo `Content-Encoding` (zstd, gzip, deflate or identity): one whole stream, at most `limit` bytes decoded.
+
+    A truncated stream, bytes after its end or a second zstd frame are a 400:
+    a body is one complete stream, and what a parser would silently drop is
+    not read as part of the request.
+    """
     encoding = encoding.strip().lower()
     if encoding in ("", "identity"):
         return raw
+    if encoding == "zstd":
+        return _decode_zstd(raw, limit)
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return _decode_zlib(raw, encoding, limit)
+    raise BadRequest(f"unsupported Content-Encoding {encoding!r}; send zstd, gzip or none")
+
+
+def _decode_zstd(raw: bytes, limit: int) -> bytes:
     try:
-        if encoding == "zstd":
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                decoded = reader.read(limit + 1)
-        elif encoding in ("gzip", "x-gzip", "deflate"):
-            window = zlib.MAX_WBITS | 16 if "gzip" in encoding else zlib.MAX_WBITS
-            decompressor = zlib.decompressobj(window)
-            decoded = decompressor.decompress(raw, limit + 1)
-        else:
-            raise BadRequest(f"unsupported Content-Encoding {encoding!r}; send zstd, gzip or none")
-    except (zstandard.ZstdError, zlib.error) as error:
-        raise BadRequest(f"the body is not valid {encoding} data: {error}") from None
-    if len(decoded) > limit:
-        raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
+        with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+            size = len(reader.read(limit + 1))
+        if size > limit:
+            raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
+        # The first frame is now known to fit: decode it whole, to learn whether it ended and what follows it.
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        decoded = frame.decompress(raw)
+    except zstandard.ZstdError as error:
+        raise BadRequest(f"the body is not valid zstd data: {error}") from None
+    if not frame.eof:
+        raise BadRequest("the zstd body is truncated")
+    if frame.unused_data:
+        raise BadRequest("the zstd body has data after its frame; send one frame")
     return decoded
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
-
-
-def parse_json(data: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity (they could not be sent back), nesting measured before parsing."""
-    check_json_depth(data, max_depth)
+def _decode_zlib(raw: bytes, encoding: str, limit: int) -> bytes:
+    window = zlib.MAX_WBITS | 16 if "gzip" in encoding else zlib.MAX_WBITS
+    decompressor = zlib.decompressobj(window)
     try:
-        return json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:  # decode errors, bad JSON, NaN, integers past 4300 digits
-        raise InvalidRequest([FieldProblem(("body",), f"JSON decode error: {error}", "json_invalid")]) from None
+        decoded = decompressor.decompress(raw, limit + 1)
+    except zlib.error as error:
+        raise BadRequest(f"the body is not valid {encoding} data: {error}") from None
+    if len(decoded) > limit:
+        raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
+    if not decompressor.eof:
+        raise BadRequest(f"the {encoding} body is truncated")
+    if decompressor.unused_data:
+        raise BadRequest(f"the {encoding} body has data after its end; send one stream")
+    return decoded
 
 
-def parse_body(data: bytes, content_type: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> RequestBody:
+def parse_body(data: bytes, content_type: str, config: ServerSettings) -> RequestBody:
     """JSON bodies pass through; multipart bodies are split into the JSON `request` part and the rest."""
     media_type, options = parse_options_header(content_type or "application/json")
-    if media_type != b"multipart/form-data":
-        return RequestBody(parse_json(data, max_depth), {})
+    if media_type != MULTIPART_TYPE:
+        return RequestBody(parse_json(data, config.max_json_depth, config.max_json_items), {})
     boundary = options.get(b"boundary")
     if not boundary:
         raise BadRequest("multipart/form-data without a boundary")
-    parts = _split_multipart(data, boundary)
+    parts = split_multipart(data, boundary, max_parts=config.images.max_images + 1)
     if "request" not in parts:
         raise InvalidRequest(
             [FieldProblem(("body", "request"), "multipart body has no part named 'request'", "missing")]
         )
     request = parts.pop("request")
-    return RequestBody(parse_json(request, max_depth), parts)
-
-
-def _split_multipart(data: bytes, boundary: bytes) -> dict[str, bytes]:
-    parts: dict[str, bytes] = {}
-    state: dict[str, Any] = {
-        "name": None,
-        "chunks": [],
-        "header_field": b"",
-        "header_value": b"",
-        "headers": {},
-    }
-
-    def on_part_begin() -> None:
-        state.update(name=None, chunks=[], headers={})
-
-    def on_header_field(buf: bytes, start: int, end: int) -> None:
-        state["header_field"] += buf[start:end]
-
-    def on_header_value(buf: bytes, start: int, end: int) -> None:
-        state["header_value"] += buf[start:end]
-
-    def on_header_end() -> None:
-        state["headers"][state["header_field"].lower()] = state["header_value"]
-        state.update(header_field=b"", header_value=b"")
-
-    def on_headers_finished() -> None:
-        _, options = parse_options_header(state["headers"].get(b"content-disposition", b""))
-        name = options.get(b"name")
-        state["name"] = name.decode("utf-8", "replace") if name else None
-
-    def on_part_data(buf: bytes, start: int, end: int) -> None:
-        state["chunks"].append(buf[start:end])
-
-    def on_part_end() -> None:
-        name = state["name"]
-        if name is None:
-            raise BadRequest("a multipart part has no name")
-        if name in parts:
-            raise InvalidRequest([FieldProblem(("body", name), f"multipart part {name!r} appears twice")])
-        parts[name] = b"".join(state["chunks"])
-
-    callbacks: Any = {
-        "on_part_begin": on_part_begin,
-        "on_header_field": on_header_field,
-        "on_header_value": on_header_value,
-        "on_header_end": on_header_end,
-        "on_headers_finished": on_headers_finished,
-        "on_part_data": on_part_data,
-        "on_part_end": on_part_end,
-    }
-    parser = MultipartParser(boundary, callbacks)
-    try:
-        parser.write(data)
-        parser.finalize()
-    except (BadRequest, InvalidRequest):
-        raise
-    except Exception as error:  # python-multipart raises several unrelated error types on broken input
-        raise BadRequest(f"malformed multipart body: {error}") from None
-    return parts
+    return RequestBody(parse_json(request, config.max_json_depth, config.max_json_items), parts)

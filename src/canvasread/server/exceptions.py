@@ -8,16 +8,19 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from canvasread.errors import CanvasreadError, ClientDisconnected, FieldProblem, InvalidRequest
-from canvasread.server.responses import error_response
+from canvasread.errors import (
+    CanvasreadError,
+    ClientDisconnected,
+    FieldProblem,
+    InvalidRequest,
+    MethodNotAllowed,
+    RouteNotFound,
+)
+from canvasread.server.responses import error_response, request_id
 
 logger = logging.getLogger("canvasread.server")
-
-
-def request_id(request: Request) -> str:
-    return str(getattr(request.state, "request_id", "-"))
 
 
 async def on_canvasread_error(request: Request, error: Exception) -> Response:
@@ -38,8 +41,19 @@ async def on_validation_error(request: Request, error: Exception) -> Response:
 
 
 async def on_http_error(request: Request, error: Exception) -> Response:
+    """Starlette's own 404 and 405 (no route, wrong method), in the API's error shape."""
     assert isinstance(error, StarletteHTTPException)
-    return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
+    known: CanvasreadError
+    if error.status_code == 404:
+        known = RouteNotFound(f"no route {request.url.path!r}; the API is POST /v1/systemone and GET /v1/models")
+    elif error.status_code == 405:
+        known = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    else:
+        known = CanvasreadError(str(error.detail))
+        known.status_code = error.status_code
+    response = error_response(known, request_id(request))
+    response.headers.update(error.headers or {})
+    return response
 
 
 def add_exception_handlers(app: FastAPI) -> None:

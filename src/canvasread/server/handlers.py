@@ -7,6 +7,8 @@ without the FastAPI decorators around it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -14,14 +16,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from canvasread.decide import Decider
-from canvasread.server.body import decode_content, parse_body, read_limited
+from canvasread.server.body import check_headers, decode_content, parse_body, read_limited
 from canvasread.server.disconnect import cancel_on_disconnect
 from canvasread.server.events import stream_decision, wants_events
-from canvasread.server.exceptions import request_id
 from canvasread.server.limits import check_request
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import exchange
+from canvasread.server.responses import request_id
 from canvasread.settings import ServerSettings
+from canvasread.types import DecisionRequest
 from canvasread.wire import parse_request
 
 
@@ -32,15 +35,21 @@ class Handlers:
         self.decider = decider
         self.config = config
         self.metrics = metrics
+        self._parsing = asyncio.Semaphore(config.parse_workers)
 
     async def system_one(self, request: Request) -> Response:
         """Read the body the way the SDK sends it, check this server's limits, decide, answer (JSON, or
-        server-sent events stage by stage when the client accepts `text/event-stream`)."""
+        server-sent events stage by stage when the client accepts `text/event-stream`).
+
+        Decoding and parsing run in a thread, `parse_workers` at a time, so a
+        body that takes seconds to parse never stalls the event loop (and
+        `/health` with it).
+        """
         config = self.config
-        raw = await read_limited(request.stream(), config.max_body_bytes)
-        data = decode_content(raw, request.headers.get("content-encoding", ""), config.max_body_bytes)
-        body = parse_body(data, request.headers.get("content-type", ""), config.max_json_depth)
-        model, decision_request = parse_request(body.payload, body.parts, config.images)
+        check_headers(request.headers, config.max_body_bytes)
+        raw = await read_limited(request.stream(), config.max_body_bytes, config.body_timeout_s)
+        async with self._parsing:
+            model, decision_request = await asyncio.to_thread(self._parse, raw, request.headers)
         seen = exchange(request)
         seen.model, seen.request = model, decision_request
         check_request(decision_request, config)
@@ -51,20 +60,29 @@ class Handlers:
         seen.decision = decision
         return JSONResponse(decision.to_json())
 
+    def _parse(self, raw: bytes, headers: Mapping[str, str]) -> tuple[str, DecisionRequest]:
+        config = self.config
+        data = decode_content(raw, headers.get("content-encoding", ""), config.max_body_bytes)
+        body = parse_body(data, headers.get("content-type", ""), config)
+        return parse_request(body.payload, body.parts, config.images)
+
     def models(self) -> dict[str, Any]:
         cards = self.decider.model_cards()
         return {
             "models": [{"name": c.name, "description": c.description, "release_date": c.release_date} for c in cards]
         }
 
-    def ready(self) -> Response:
+    def ready(self, request_id: str) -> Response:
         """200 with the served models once every one has loaded; 503 with the reasons before."""
         decider = self.decider
         if decider.ready:
             return JSONResponse({"status": "ready", "models": [s.card.name for s in decider.served]})
         reasons = decider.not_ready_reasons()
         return JSONResponse(
-            {"status": "not_ready", "detail": {"message": "; ".join(reasons), "error_type": "not_ready"}},
+            {
+                "status": "not_ready",
+                "detail": {"message": "; ".join(reasons), "error_type": "not_ready", "request_id": request_id},
+            },
             status_code=503,
         )
 

@@ -24,6 +24,13 @@ from canvasread.types import JSONValue
 ACCESS_LOGGER = "canvasread.access"
 
 _BARE_VALUE = re.compile(r"[\w.:/@+-]+")
+# What could end or forge a log line: C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line: every control character as a visible escape (`\\n`, `\\x1b`, `\\u2028`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def access_fields(record: RequestRecord, *, payloads: bool) -> dict[str, JSONValue]:
@@ -71,8 +78,8 @@ def logfmt(fields: dict[str, Any]) -> str:
     for key, value in fields.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if not _BARE_VALUE.fullmatch(text):
-            text = json.dumps(text, ensure_ascii=False)
-        parts.append(f"{key}={text}")
+            text = escape_controls(json.dumps(text, ensure_ascii=False))
+        parts.append(f"{escape_controls(key)}={text}")
     return " ".join(parts)
 
 
@@ -82,10 +89,17 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The message on one line whatever a client put in it (a path with a newline cannot forge a record)."""
+        record.message = escape_controls(record.message)
+        line = super().formatMessage(record)
         fields = getattr(record, "fields", None)
         return f"{line} {logfmt(fields)}" if fields else line
+
+    def formatException(self, ei: Any) -> str:
+        """Tracebacks stay multi-line but indented, so no line of one can pass for a record of its own."""
+        text = super().formatException(ei)
+        return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
 
 
 class JsonFormatter(logging.Formatter):

@@ -34,7 +34,7 @@ from prometheus_client.utils import floatToGoString
 from canvasread import __version__
 from canvasread.backends.base import ReportsCounters
 from canvasread.decide import Decider, ServedModel
-from canvasread.server.observe import RequestRecord
+from canvasread.server.observe import RequestRecord, method_label
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,9 @@ class ServerMetrics:
 
     def record(self, record: RequestRecord) -> None:
         """The `ObserveMiddleware` sink."""
-        self.requests.labels(record.route, record.method, str(record.status)).inc()
-        self.latency.labels(record.route, record.method).observe(record.duration_s)
+        method = method_label(record.method)
+        self.requests.labels(record.route, method, str(record.status)).inc()
+        self.latency.labels(record.route, method).observe(record.duration_s)
         decision = record.exchange.decision
         if decision is None:
             return

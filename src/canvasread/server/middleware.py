@@ -1,9 +1,12 @@
-"""The middleware stack, outermost first: observe (metrics, access log), request id, CORS, API keys.
+"""The middleware stack, outermost first: observe (metrics, access log), request id, host guard, CORS, API keys.
 
 `ObserveMiddleware` is outermost so it sees the final status of every
 request, 401s and crashes included; `RequestIdMiddleware` wraps everything
 that can answer, so every response carries the id the SDK requires; CORS sits
 outside the key check because browsers send preflights without credentials.
+The host guard answers only to this machine's names when bound to loopback,
+so a page on another site cannot reach the server by rebinding its own DNS
+name to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from canvasread.errors import BackendFailure, NotReady
+from canvasread.errors import BackendFailure, HostNotAllowed, NotReady
 from canvasread.server.auth import ApiKeyMiddleware
 from canvasread.server.logs import AccessLog
 from canvasread.server.metrics import ServerMetrics
@@ -27,7 +31,20 @@ from canvasread.settings import ServerSettings
 logger = logging.getLogger("canvasread.server")
 
 
-def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics) -> None:
+class InFlight:
+    """The request tasks running now, so shutdown can let cancelled ones send their 503 before the process exits."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def settled(self, timeout_s: float) -> None:
+        """Wait, at most `timeout_s`, until every request task has finished answering."""
+        pending = {task for task in self.tasks if task is not asyncio.current_task()}
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+
+def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics, in_flight: InFlight) -> None:
     """Install the stack; Starlette runs the last one added outermost."""
     app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
     if config.cors_origins:
@@ -39,20 +56,27 @@ def add_middleware(app: FastAPI, config: ServerSettings, metrics: ServerMetrics)
             expose_headers=[REQUEST_ID_HEADER, "retry-after-ms", "retry-after"],
             max_age=600,
         )
-    app.add_middleware(RequestIdMiddleware)
+    if config.checks_host:
+        app.add_middleware(HostGuardMiddleware, config=config)
+    app.add_middleware(RequestIdMiddleware, in_flight=in_flight)
     app.add_middleware(ObserveMiddleware, sinks=(metrics.record, AccessLog(payloads=config.log_payloads)))
 
 
 class RequestIdMiddleware:
     """Gives every response, errors and crashes included, an `x-typesafe-request-id` (the SDK requires it)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, in_flight: InFlight) -> None:
         self.app = app
+        self.in_flight = in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        task = asyncio.current_task()
+        if task is not None:
+            self.in_flight.tasks.add(task)
+            task.add_done_callback(self.in_flight.tasks.discard)
         request_id = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         started = False
@@ -85,3 +109,28 @@ class RequestIdMiddleware:
                 raise
             response = error_response(BackendFailure("internal error; see the server log"), request_id)
             await response(scope, receive, send_with_id)
+
+
+def host_name(value: str) -> str:
+    """The name in a `Host` header, without its port (`[::1]:8011` → `[::1]`)."""
+    if value.startswith("["):
+        return value.partition("]")[0] + "]"
+    return value.rpartition(":")[0] if ":" in value else value
+
+
+class HostGuardMiddleware:
+    """Refuses requests whose `Host` is not one of this server's names (400), before any route runs."""
+
+    def __init__(self, app: ASGIApp, config: ServerSettings) -> None:
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+            if host is not None and not self.config.allows_host(host_name(host)):
+                refused = HostNotAllowed(f"this server does not answer to Host {host!r}; see --allowed-host")
+                response = error_response(refused, str(scope.get("state", {}).get("request_id", "-")))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -17,12 +17,39 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from canvasread.decide import Decision
 from canvasread.types import DecisionRequest
 
 UNMATCHED_ROUTE = "unmatched"
+# Methods a client of this API sends; any other becomes one label, so random methods cannot grow /metrics.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
+
+
+def route_label(scope: Scope, root_path: str = "") -> str:
+    """The route template that answered (bounded cardinality), or `unmatched`.
+
+    FastAPI's API routes put themselves in the scope; plain Starlette routes
+    (`/openapi.json`, `/docs`) and mounts (`/static`) do not, so they are
+    matched again here, against the app's own routes, with the `root_path`
+    the request arrived with (a mount rewrites it on the way in).
+    """
+    route = scope.get("route")
+    if route is not None:
+        return str(getattr(route, "path", UNMATCHED_ROUTE))
+    app, arrived = scope.get("app"), {**scope, "root_path": root_path}
+    for candidate in getattr(app, "routes", ()):
+        match, _ = candidate.matches(arrived)
+        if match is Match.FULL:
+            return str(getattr(candidate, "path", UNMATCHED_ROUTE))
+    return UNMATCHED_ROUTE
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else OTHER_METHOD
 
 
 @dataclass
@@ -74,17 +101,17 @@ class ObserveMiddleware:
         state = scope.setdefault("state", {})
         state["exchange"] = seen
         started = time.perf_counter()
+        root_path = scope.get("root_path", "")
         status = 500
         recorded = False
 
         def finish() -> None:
             nonlocal recorded
             recorded = True
-            route = scope.get("route")
             record = RequestRecord(
                 request_id=str(state.get("request_id", "-")),
                 method=scope["method"],
-                route=str(getattr(route, "path", UNMATCHED_ROUTE)),
+                route=route_label(scope, root_path),
                 path=scope["path"],
                 status=status,
                 duration_s=time.perf_counter() - started,

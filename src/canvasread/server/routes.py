@@ -10,7 +10,7 @@ from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from canvasread.server.handlers import Handlers
-from canvasread.server.responses import error_responses
+from canvasread.server.responses import error_responses, request_id
 from canvasread.wire import ModelList, SystemOneResponse
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -66,7 +66,7 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
     @app.post(
         "/v1/systemone",
         response_model=SystemOneResponse,
-        responses={**_EVENT_STREAM, **error_responses(400, 401, 413, 422, 500, 503, 504, 529)},
+        responses={**_EVENT_STREAM, **error_responses(400, 401, 408, 413, 415, 422, 500, 503, 504, 529)},
         openapi_extra=_SYSTEM_ONE_BODY,
     )
     async def system_one(request: Request) -> Response:
@@ -82,8 +82,8 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
         return {"status": "ok"}
 
     @app.get("/ready", responses={503: {"description": "Models are loading or failed to load"}})
-    async def ready() -> Response:
-        return handlers.ready()
+    async def ready(request: Request) -> Response:
+        return handlers.ready(request_id(request))
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:

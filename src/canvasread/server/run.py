@@ -1,0 +1,33 @@
+"""Running the app under uvicorn with the connection limits a public server needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from canvasread.server.logs import logging_config
+from canvasread.server.protocol import guarded_protocol
+from canvasread.settings import ServerSettings
+
+
+def uvicorn_config(
+    app: FastAPI, config: ServerSettings, *, log_level: str = "info", configure_logging: bool = True
+) -> uvicorn.Config:
+    """uvicorn's settings from ours: header, idle and shutdown timeouts, a connection limit, our log format.
+
+    uvicorn's own access log is off: ours (`logs.AccessLog`) carries more. Without `configure_logging`
+    the process's logging is left as it is (tests that capture logs).
+    """
+    settings: dict[str, Any] = {
+        "host": config.host,
+        "port": config.port,
+        "http": guarded_protocol(config.header_timeout_s, config.max_connections),
+        "timeout_keep_alive": config.keep_alive_s,
+        "timeout_graceful_shutdown": config.shutdown_timeout_s,
+        "log_level": log_level,
+        "log_config": logging_config(config.log_format, log_level) if configure_logging else None,
+        "access_log": False,
+    }
+    return uvicorn.Config(app, **settings)

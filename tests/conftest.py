@@ -33,6 +33,13 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_server(tiny_checkpoint: Path) -> Iterator[str]:
+    """`canvasread serve --model <tiny checkpoint>`, shared by the tests that talk to it over HTTP."""
+    with serve_cli("--model", str(tiny_checkpoint)) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
 def tiny_decider(tiny_checkpoint: Path) -> Decider:
     """The checkpoint loaded through the public library path (`open_decider`)."""
     from canvasread.catalog import open_decider

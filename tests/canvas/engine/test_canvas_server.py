@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
-from helpers import serve_cli
 from typesafe_sdk import Choice, Image, Noul, Score, TypeSafeClient
 
 ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
-
-
-@pytest.fixture(scope="module")
-def tiny_server(tiny_checkpoint: Path) -> Iterator[str]:
-    with serve_cli("--model", str(tiny_checkpoint)) as base:
-        yield base
 
 
 def test_sdk_gets_all_three_types(tiny_server: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +130,6 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
     for got, want in zip(result.distributions[0].edges, box.edge_distributions(digits), strict=True):
         assert got == pytest.approx(want, abs=1e-5)
     assert math.fsum(result.distributions[0].edges[0]) == pytest.approx(1.0)
-
-
-@pytest.fixture(scope="module")
-def tiny_server(tiny_checkpoint: Path) -> Iterator[str]:
-    with serve_cli("--model", str(tiny_checkpoint)) as base:
-        yield base
 
 
 def test_the_sdk_box_builder_gets_a_box_it_parses(tiny_server: str) -> None:

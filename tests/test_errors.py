@@ -1,0 +1,38 @@
+"""The `error_type` vocabulary: every error a response can carry is listed in the README, hosted names first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import canvasread.canvas.vllm.pool  # noqa: F401  (defines the upstream errors)
+from canvasread.errors import (
+    CalibrationMismatch,
+    CanvasreadError,
+    InvalidRequest,
+    MissingExtra,
+    ModelNotFound,
+    Unauthorized,
+)
+
+README = Path(__file__).parents[1] / "README.md"
+# Not in an error body: a 422 is FastAPI's list; the other two stop `serve` before it binds.
+NEVER_IN_A_BODY = {InvalidRequest, MissingExtra, CalibrationMismatch}
+
+
+def subclasses(cls: type[CanvasreadError]) -> set[type[CanvasreadError]]:
+    found = set(cls.__subclasses__())
+    return found.union(*(subclasses(sub) for sub in found))
+
+
+def test_the_hosted_names_for_unknown_models_and_keys() -> None:
+    assert (ModelNotFound.status_code, ModelNotFound.error_type) == (400, "api_usage_error")
+    assert (Unauthorized.status_code, Unauthorized.error_type) == (401, "authentication_error")
+
+
+def test_the_readme_lists_every_error_type_a_response_can_carry() -> None:
+    section = README.read_text().split("**Errors.**", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| \d{3} \| (.+?) \|", section, re.M))
+    documented = {name for cell in listed for name in re.findall(r"`([a-z_]+)`", cell)}
+    served = {cls.error_type for cls in subclasses(CanvasreadError) | {CanvasreadError} if cls not in NEVER_IN_A_BODY}
+    assert documented == served

@@ -92,12 +92,11 @@ def argmax(values: Sequence[float]) -> int:
 def test_an_example_shows_the_returned_distributions(page: Page, sparrow_server: str) -> None:
     open_playground(page, sparrow_server)
     assert page.locator("#model option").first.inner_text() == "sparrow-nano-general-v1.1"
-    page.select_option("#example", label="Product review (JSON)")
     status, body = send(page)
     assert status == 200
 
     answers = body["answers"]
-    assert page.locator(".answer").count() == len(answers) == 3
+    assert page.locator(".answer").count() == len(answers) == 2
     for key, answer in answers.items():
         card = page.locator(f'.answer[data-answer="{key}"]')
         if answer["type"] == "noul":
@@ -155,12 +154,14 @@ class DetailedBackend(FunctionBackend):
         ]
 
 
+def uniform(request: DecisionRequest) -> list[list[float]]:
+    return [[1 / len(q.options)] * len(q.options) for q in request.questions]
+
+
 def test_diagnostics_are_shown_when_asked(page: Page) -> None:
-    backend = DetailedBackend(lambda request: [[0.2, 0.8] for _ in request.questions], name="detailed")
+    backend = DetailedBackend(uniform, name="detailed")
     with serve_app(create_app(Decider([backend]))) as base:
         open_playground(page, base)
-        page.select_option("#example", label="Moderation")
-        page.locator(".question").nth(1).locator(".question-type").select_option("noul")
         page.check("#diagnostics")
         status, body = send(page)
     assert status == 200
@@ -173,3 +174,136 @@ def test_diagnostics_are_shown_when_asked(page: Page) -> None:
             assert json.loads(card.locator(f'[data-diagnostic="{name}"]').inner_text()) == value
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "playground-diagnostics.png"), full_page=True)
+
+
+def example_names(page: Page) -> list[str]:
+    return [name.strip() for name in page.locator("#example option").all_inner_texts()]
+
+
+def test_examples_say_what_the_embedded_model_was_measured_at(page: Page, sparrow_server: str) -> None:
+    """Every example carries a note; the yes/no one says the embedded yes/no is at chance."""
+    open_playground(page, sparrow_server)
+    names = example_names(page)
+    assert "noul" not in {q["type"] for q in page_questions(page)}, "the default example leads with choice and score"
+    for name in names:
+        page.select_option("#example", label=name)
+        note = page.locator("#example-note").inner_text()
+        assert note.strip(), name
+        if "noul" in {q["type"] for q in page_questions(page)}:
+            assert "chance" in note, name
+
+
+def page_questions(page: Page) -> list[dict[str, Any]]:
+    questions: list[dict[str, Any]] = page.evaluate(
+        "() => [...document.querySelectorAll('.question')].map(c => ({type: c.dataset.kind}))"
+    )
+    return questions
+
+
+def test_switching_the_example_clears_the_old_answers(page: Page, sparrow_server: str) -> None:
+    open_playground(page, sparrow_server)
+    status, _ = send(page)
+    assert status == 200
+    assert page.locator(".answer").count() > 0
+    assert "HTTP 200" in page.locator("#status").inner_text()
+    page.select_option("#example", index=1)
+    assert page.locator(".answer").count() == 0
+    assert "HTTP" not in page.locator("#status").inner_text()
+    assert page.locator("#error").is_hidden()
+    assert page.locator("#request-json").inner_text() == page.locator("#response-json").inner_text() == ""
+
+
+def test_a_state_that_is_not_json_clears_the_stale_status(page: Page, sparrow_server: str) -> None:
+    open_playground(page, sparrow_server)
+    status, _ = send(page)
+    assert status == 200
+    sent: list[str] = []
+    page.on("request", lambda request: sent.append(request.url) if "systemone" in request.url else None)
+    page.click(".segmented label:has(input[value=json])")
+    page.fill("#state", '{"message": "unterminated')
+    page.click("#send")
+    error = page.locator("#error")
+    assert error.is_visible()
+    assert "not valid JSON" in error.inner_text()
+    status_line = page.locator("#status").inner_text()
+    assert "HTTP" not in status_line and " ms" not in status_line
+    assert "Not sent" in status_line
+    assert page.locator(".answer").count() == 0
+    assert page.locator("#response-json").inner_text() == ""
+    assert sent == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground-bad-json.png"), full_page=True)
+
+
+FIELD_COLOURS = """() => [...document.querySelectorAll('input, textarea, select')]
+  .filter(el => el.type !== 'radio' && el.type !== 'checkbox')
+  .filter(el => el.offsetParent !== null)
+  .map(el => ({
+    name: el.getAttribute('aria-label') || el.className || el.id,
+    filled: el.value !== '',
+    placeholder: el.placeholder || '',
+    colour: getComputedStyle(el).color,
+    placeholderColour: getComputedStyle(el, '::placeholder').color,
+  }))"""
+
+
+def test_a_prefilled_value_does_not_look_like_placeholder_text(page: Page, sparrow_server: str) -> None:
+    """Filled fields draw in the page's text colour; placeholders in a different one, in every example."""
+    open_playground(page, sparrow_server)
+    text_colour = page.evaluate("() => getComputedStyle(document.body).color")
+    for name in example_names(page):
+        page.select_option("#example", label=name)
+        fields = page.evaluate(FIELD_COLOURS)
+        assert any(field["filled"] for field in fields) and any(f["placeholder"] for f in fields)
+        for field in fields:
+            assert field["colour"] == text_colour, (name, field)
+            if field["placeholder"]:
+                assert field["placeholderColour"] != field["colour"], (name, field)
+
+
+# Elements that stick out of the viewport, or out of their parent's box (a field running past its card's
+# border), skipping what scrolls or clips on purpose (the JSON panes, ellipsised labels).
+OVERFLOWING = """(width) => {
+  const out = [];
+  const name = (el) => `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className}`;
+  const span = (box) => `${Math.round(box.left)}..${Math.round(box.right)}`;
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.getClientRects().length === 0 || el.closest('pre, option')) continue;
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) continue;
+    if (box.left < -0.5 || box.right > width + 0.5) out.push(`${name(el)} ${span(box)}`);
+    const parent = el.parentElement;
+    if (parent === document.body || getComputedStyle(parent).overflowX !== 'visible') continue;
+    const outer = parent.getBoundingClientRect();
+    if (box.left < outer.left - 1 || box.right > outer.right + 1)
+      out.push(`${name(el)} ${span(box)} outside ${name(parent)} ${span(outer)}`);
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("width", [390])
+def test_nothing_overflows_at_a_phones_width(browser: Browser, sparrow_server: str, width: int) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 844}, device_scale_factor=1)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        open_playground(page, sparrow_server)
+        ARTIFACTS.mkdir(exist_ok=True)
+        for index, name in enumerate(example_names(page)):
+            page.select_option("#example", label=name)
+            status, _ = send(page)
+            assert status == 200
+            page.locator("#result details").evaluate_all("nodes => nodes.forEach(d => d.open = true)")
+            assert page.evaluate(OVERFLOWING, width) == [], name
+            assert page.evaluate("() => document.documentElement.scrollWidth") <= width, name
+            page.screenshot(path=str(ARTIFACTS / f"playground-{width}px-{index}.png"), full_page=True)
+        page.locator(".question").first.locator(".question-type").select_option("choice")
+        page.locator(".question .option-row button").first.click()
+        page.locator(".question .option-row button").first.click()
+        status, _ = send(page)
+        assert status == 422
+        assert page.evaluate(OVERFLOWING, width) == []
+        page.screenshot(path=str(ARTIFACTS / f"playground-{width}px-error.png"), full_page=True)
+    finally:
+        context.close()

@@ -2,54 +2,44 @@
 // /v1/systemone route clients use, and draws each answer's distribution.
 // Plain ES module, no build step, no network beyond this server.
 
+// Each example leads with what the embedded default (sparrow) does well and says
+// what was measured on it (bench/results/README.md); the notes name sparrow
+// because other models score differently.
+const TEAMS = {
+  billing: "charges, invoices, refunds, payments",
+  technical: "bugs, crashes, error messages, outages",
+  shipping: "deliveries, parcels, tracking, delivery addresses",
+  account: "login, passwords, profile and account settings, deleting the account",
+  sales: "prices, plans, quotes and trials for new purchases",
+};
+
 const EXAMPLES = [
   {
-    name: "Support ticket",
+    name: "Route a ticket",
+    note: "Choice is what the embedded sparrow model does best: it routes 18 of 20 hand-written tickets to the right team. Its scores are rougher: 9 of 15 product reviews get the right tone.",
     state: "I was charged twice for order 1182 and nobody answers my emails. I want my money back today!",
     questions: {
-      refund: { type: "noul", instructions: "Is the customer asking for money back?" },
-      team: {
-        type: "choice",
-        instructions: "Which team should handle this?",
-        criteria: { billing: "charges, invoices, refunds", technical: "bugs, outages, login problems", sales: null },
-      },
-      anger: { type: "score", instructions: "How angry is the customer?", criteria: ["calm", "annoyed", "furious"] },
+      team: { type: "choice", instructions: "Which team should handle this ticket?", criteria: TEAMS },
+      tone: { type: "score", instructions: "How positive is the customer?", criteria: ["negative", "neutral", "positive"] },
     },
   },
   {
-    name: "Product review (JSON)",
-    state: {
-      product: "Trail running shoes",
-      rating: 2,
-      review: "Comfortable for a week, then the sole came off. Delivery took a month.",
-    },
+    name: "Ticket as JSON",
+    note: "The state can be any JSON value. On the same tickets wrapped in JSON sparrow routes 15 of 20 right (18 of 20 as plain text).",
+    state: { channel: "email", customer: "C-1042", order: 5521, message: "The tracking link says delivered, but there is no parcel at my door." },
     questions: {
-      sentiment: {
-        type: "choice",
-        instructions: "Overall sentiment of the `review`",
-        criteria: { positive: null, neutral: null, negative: null },
-      },
-      shipping: { type: "noul", instructions: "Does the `review` complain about delivery?" },
-      quality: {
-        type: "score",
-        instructions: "How good does the `review` say the product is?",
-        criteria: ["broken", "poor", "fine", "good", "excellent"],
-      },
+      team: { type: "choice", instructions: "Which team should handle the `message`?", criteria: TEAMS },
     },
   },
   {
-    name: "Moderation",
+    name: "Yes/no (needs a real model)",
+    note: "This shows a yes/no request. The embedded sparrow model answers yes/no at about chance (0.58 accuracy on 616 balanced Banking77 questions, where a coin scores 0.5): expect wrong answers here and serve a real model for yes/no.",
     state: "Limited offer!!! Click here to claim your free crypto before it's gone.",
     questions: {
       spam: {
         type: "noul",
         instructions: "Is this message spam?",
         criteria: { true: "unsolicited advertising or scams", false: null },
-      },
-      topic: {
-        type: "choice",
-        instructions: "What is the message about?",
-        criteria: { finance: null, health: null, sports: null, other: null },
       },
     },
   },
@@ -185,6 +175,8 @@ function readQuestion(card) {
 }
 
 function loadExample(example) {
+  clearResult(START_MESSAGE);
+  $("#example-note").textContent = example.note;
   const json = typeof example.state !== "string";
   $(`input[name=state-kind][value=${json ? "json" : "text"}]`).checked = true;
   $("#state").value = json ? JSON.stringify(example.state, null, 2) : example.state;
@@ -206,6 +198,7 @@ function buildBody() {
     try {
       state = JSON.parse(stateText);
     } catch (error) {
+      clearResult("Not sent.");
       showError("The state is not valid JSON", [{ text: error.message }]);
       return null;
     }
@@ -350,6 +343,19 @@ function showAnswers(payload, body) {
     ),
   );
   $("#answers").replaceChildren(...cards);
+}
+
+const START_MESSAGE = "Pick an example or write your own, then send.";
+
+// Answers, errors and JSON of an earlier request must not sit beside a request they do not belong to.
+function clearResult(message) {
+  $("#status").replaceChildren(message);
+  $("#error").hidden = true;
+  $("#error").replaceChildren();
+  $("#answers").replaceChildren();
+  $("#request-json").textContent = "";
+  $("#response-json").textContent = "";
+  $$(".question.invalid").forEach((card) => card.classList.remove("invalid"));
 }
 
 // ---- errors ----------------------------------------------------------------------------

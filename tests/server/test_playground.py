@@ -20,7 +20,7 @@ from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest, DecisionResult, Distribution
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 # Flags that keep Chromium offline and quiet in a sandbox-less CI container.
 CHROMIUM_FLAGS = [
     "--no-sandbox",

@@ -25,7 +25,7 @@ def code_blocks(text: str, language: str) -> list[str]:
 
 def test_the_client_example_prints_what_the_readme_says(sparrow_server: str) -> None:
     client = section("Use it from the official client")
-    [code] = code_blocks(client, "python")
+    code = code_blocks(client, "python")[0]
     claimed = re.search(r"this prints `([^`]+)`", client)
     assert claimed, "the README says what the example prints"
     assert 'base_url="http://127.0.0.1:8011"' in code

@@ -6,6 +6,7 @@ Screenshots land in `artifacts/` (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,17 @@ def open_playground(page: Page, base: str) -> None:
 
 
 def send(page: Page) -> tuple[int, Any]:
-    """Click Send and return the status and JSON body the page received from /v1/systemone."""
+    """Click Send and return the status and the body the page received from /v1/systemone.
+
+    A streamed answer's body is what the page assembled from the events (its Response JSON pane),
+    read once the stream is done; the streaming tests check it against the events themselves.
+    """
     with page.expect_response("**/v1/systemone") as caught:
         page.click("#send")
     response = caught.value
+    if response.ok and response.headers.get("content-type", "").startswith("text/event-stream"):
+        page.wait_for_selector('[data-field="stream"]:text-matches("^(streamed|stream ended)")')
+        return response.status, json.loads(page.locator("#response-json").text_content() or "")
     body = response.json()
     page.wait_for_selector("#answers .answer, #error:not([hidden])")
     return response.status, body
@@ -210,7 +218,7 @@ def test_switching_the_example_clears_the_old_answers(page: Page, sparrow_server
     assert page.locator(".answer").count() == 0
     assert "HTTP" not in page.locator("#status").inner_text()
     assert page.locator("#error").is_hidden()
-    assert page.locator("#request-json").inner_text() == page.locator("#response-json").inner_text() == ""
+    assert page.locator("#request-json").text_content() == page.locator("#response-json").text_content() == ""
 
 
 def test_a_state_that_is_not_json_clears_the_stale_status(page: Page, sparrow_server: str) -> None:
@@ -229,7 +237,7 @@ def test_a_state_that_is_not_json_clears_the_stale_status(page: Page, sparrow_se
     assert "HTTP" not in status_line and " ms" not in status_line
     assert "Not sent" in status_line
     assert page.locator(".answer").count() == 0
-    assert page.locator("#response-json").inner_text() == ""
+    assert page.locator("#response-json").text_content() == ""
     assert sent == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "playground-bad-json.png"), full_page=True)
@@ -307,3 +315,49 @@ def test_nothing_overflows_at_a_phones_width(browser: Browser, sparrow_server: s
         page.screenshot(path=str(ARTIFACTS / f"playground-{width}px-error.png"), full_page=True)
     finally:
         context.close()
+
+
+class GatedBackend(FunctionBackend):
+    """Holds every read that holds `held` until the test opens the gate, so a stage can be seen landing alone."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__(uniform, name="gated")
+        self.held = held
+        self.gate = threading.Event()
+
+    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+        if any(q.key == self.held for job in jobs for q in job.questions):
+            assert self.gate.wait(60), "the test never opened the gate"
+        return super().decide(jobs)
+
+
+def test_streamed_answers_are_drawn_as_each_stage_lands(page: Page) -> None:
+    backend = GatedBackend(held="billing_issue")
+    with serve_app(create_app(Decider([backend]))) as base:
+        open_playground(page, base)
+        page.select_option("#example", label="Pipeline (stages)")
+        page.click("#send")
+        page.wait_for_selector('.answer[data-answer="team"]')
+        assert page.locator('[data-field="stream"]').inner_text() == "streaming…"
+        assert page.locator('.answer[data-answer="billing_issue"]').count() == 0
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "playground-streaming.png"), full_page=True)
+        backend.gate.set()
+        page.wait_for_selector('[data-field="stream"]:text("streamed")')
+    assert page.locator('.answer[data-answer="billing_issue"] [data-field="stage"]').inner_text() == "stage 1"
+    skipped = page.locator('.answer[data-answer="parcel_issue"]')
+    assert skipped.get_attribute("data-skipped") == "condition_not_met"
+    payload = json.loads(page.locator("#response-json").text_content() or "")
+    assert list(payload["answers"]) == ["team", "billing_issue"] and list(payload["skipped"]) == ["parcel_issue"]
+    page.screenshot(path=str(ARTIFACTS / "playground-streamed.png"), full_page=True)
+
+
+def test_extension_keys_that_are_not_json_are_not_sent(page: Page, sparrow_server: str) -> None:
+    open_playground(page, sparrow_server)
+    sent: list[str] = []
+    page.on("request", lambda request: sent.append(request.url) if "systemone" in request.url else None)
+    page.locator(".question-extra").first.fill('{"depends_on": ')
+    page.click("#send")
+    assert "extension keys of team" in page.locator("#error").inner_text()
+    assert "invalid" in (page.locator(".question").first.get_attribute("class") or "")
+    assert sent == []

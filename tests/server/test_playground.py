@@ -10,9 +10,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Route, sync_playwright
 from serving import serve_app
 
 from canvasread.backends.base import FunctionBackend
@@ -361,3 +362,30 @@ def test_extension_keys_that_are_not_json_are_not_sent(page: Page, sparrow_serve
     assert "extension keys of team" in page.locator("#error").inner_text()
     assert "invalid" in (page.locator(".question").first.get_attribute("class") or "")
     assert sent == []
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def test_the_api_link_works_offline(page: Page, sparrow_server: str) -> None:
+    """The playground's API link opens the OpenAPI schema from this server alone: nothing else is fetched."""
+    outside: list[str] = []
+
+    def only_loopback(route: Route) -> None:
+        host = urlsplit(route.request.url).hostname or ""
+        if route.request.url.startswith(("http:", "https:", "ws:", "wss:")) and host not in LOOPBACK:
+            outside.append(route.request.url)
+            route.abort("internetdisconnected")
+        else:
+            route.continue_()
+
+    page.context.route("**/*", only_loopback)
+    open_playground(page, sparrow_server)
+    with page.expect_navigation() as navigation:
+        page.click("nav >> text=API schema")
+    response = navigation.value
+    assert response is not None and response.status == 200
+    page.wait_for_load_state("load")
+    assert outside == [], "the API link fetched from outside this server"
+    schema = json.loads(page.locator("body").inner_text())
+    assert "/v1/systemone" in schema["paths"]

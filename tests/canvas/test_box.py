@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from helpers import serve_cli
 from PIL import Image as PILImage
 from typesafe_sdk import Box, BoxAnswer, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 

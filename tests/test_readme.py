@@ -1,0 +1,62 @@
+"""The README's examples run as written and print what the README says they print (on the embedded model)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def test_the_client_example_prints_what_the_readme_says(sparrow_server: str) -> None:
+    client = section("Use it from the official client")
+    code = code_blocks(client, "python")[0]
+    claimed = re.search(r"this prints `([^`]+)`", client)
+    assert claimed, "the README says what the example prints"
+    assert 'base_url="http://127.0.0.1:8011"' in code
+    code = code.replace('base_url="http://127.0.0.1:8011"', f'base_url="{sparrow_server}"')
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == claimed.group(1)
+
+
+def test_the_shell_example_answers_what_the_readme_says() -> None:
+    shell = section("Ask from the shell")
+    first = code_blocks(shell, "bash")[0].split("\ncanvasread ", 1)[0]
+    argv = shlex.split(first.replace("\\\n", " "))
+    assert argv[:2] == ["canvasread", "ask"] and "--url" not in argv
+    run = subprocess.run(
+        [sys.executable, "-m", "canvasread", *argv[1:], "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    answers = list(json.loads(run.stdout)["answers"].values())
+    claim = re.search(r"billing with probability ([\d.]+), tone ([\d.]+)", shell)
+    assert claim, "the README says what the embedded model answers"
+    [choice] = [a for a in answers if a["type"] == "choice"]
+    [score] = [a for a in answers if a["type"] == "score"]
+    assert choice["choice"] == "billing"
+    assert f"{choice['probabilities']['billing']:.3f}" == claim.group(1)
+    assert f"{score['score']:.2f}" == claim.group(2)
+
+
+def test_the_library_example_runs() -> None:
+    [code] = code_blocks(section("Library"), "python")
+    embedded = code.split("\ncheckpoint = ", 1)[0]
+    run = subprocess.run([sys.executable, "-c", embedded], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr

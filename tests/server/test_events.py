@@ -136,7 +136,7 @@ def test_an_answer_is_sent_while_later_stages_are_still_being_read() -> None:
     ):
         events = read_events(response)
         assert next(events)[1]["question"] == "one"  # arrives while stage 1 cannot finish
-        assert backend.entered.wait(10) and not backend.release.is_set()
+        assert backend.entered.wait(60) and not backend.release.is_set()
         backend.release.set()
         rest = [(name, data.get("question")) for name, data in events]
     assert rest == [("answer", "two"), ("answer", "three"), ("done", None)]
@@ -148,7 +148,7 @@ def test_a_client_that_disconnects_mid_stream_stops_the_remaining_stages() -> No
     with serve_app(create_app(decider)) as base:
         with httpx.stream("POST", base + "/v1/systemone", json=body(CHAIN), headers=SSE, timeout=30) as response:
             assert next(read_events(response))[1]["question"] == "one"
-            assert backend.entered.wait(10)
+            assert backend.entered.wait(60)
         # The running stage keeps its place until its batch ends (issue 16, item 6); then nothing follows it.
         assert decider.served[0].queue.pending == 1
         backend.release.set()
@@ -176,7 +176,7 @@ def test_overload_and_a_failing_first_stage_are_plain_http_errors(status: int) -
             held = {"json": body({"hold": BUG}), "timeout": 30}
             holder = threading.Thread(target=httpx.post, args=(base + "/v1/systemone",), kwargs=held)
             holder.start()
-            assert backend.entered.wait(10)
+            assert backend.entered.wait(60)
         response, _ = stream(base, body(CHAIN))
         backend.release.set()
         if status == 529:

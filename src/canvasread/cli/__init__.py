@@ -96,6 +96,12 @@ def serve(
     gpus: Annotated[
         int, typer.Option(help="DiffusionGemma replicas, one per GPU (cuda:0..N-1); batches are split across them.")
     ] = 1,
+    compile: Annotated[
+        bool, typer.Option(help="On CUDA: torch.compile the layer bodies (compiled and captured at start-up).")
+    ] = EngineSettings.compile,
+    fp8_experts: Annotated[
+        bool, typer.Option(help="Routed experts in FP8 with rowwise scales (faster small batches, not exact).")
+    ] = EngineSettings.fp8_experts,
     upstream: Annotated[
         list[str] | None,
         typer.Option(
@@ -208,6 +214,8 @@ def serve(
                 random_init_std=random_weights,
                 naive_baseline=naive_baseline,
                 gpus=gpus,
+                compile=compile,
+                fp8_experts=fp8_experts,
             ),
             load=False,
             upstream=upstream_settings,

@@ -2,6 +2,7 @@
 # The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights and sweep
 # it over HTTP, for the standard and the cold-prompt workloads, in bf16 (fused engine + naive baseline on the
 # same model instance) and with FP8 experts. Writes one results JSON per (quantization, workload) into OUT.
+# QUANTIZATIONS="fp8-experts" runs only the FP8 half.
 # Usage on the GPU machine, from the repo root, with the wheels (.whl) and the model folder carried:
 #   bash bench/gpu_bench.sh .cache/gpu/dgemma "$OUT"
 set -euo pipefail
@@ -30,10 +31,14 @@ sweep() {  # sweep QUANTIZATION WORKLOAD EXTRA...
         --duration "${DURATION:-5}" "${@:3}"
 }
 trap 'kill $server 2>/dev/null || true' EXIT
-serve bf16 --naive-baseline
-sweep bf16 standard --baseline "$name-naive" --baseline-levels 1,4
-sweep bf16 cold
-kill $server; wait $server || true
-serve fp8-experts --fp8-experts
-sweep fp8-experts standard
-sweep fp8-experts cold
+if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
+    serve bf16 --naive-baseline
+    sweep bf16 standard --baseline "$name-naive" --baseline-levels 1,4
+    sweep bf16 cold
+    kill $server; wait $server || true
+fi
+if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" fp8-experts "* ]]; then
+    serve fp8-experts --fp8-experts
+    sweep fp8-experts standard
+    sweep fp8-experts cold
+fi

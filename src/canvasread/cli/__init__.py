@@ -100,7 +100,7 @@ def serve(
         bool, typer.Option(help="On CUDA: torch.compile the layer bodies (compiled and captured at start-up).")
     ] = EngineSettings.compile,
     fp8_experts: Annotated[
-        bool, typer.Option(help="Routed experts in FP8 with rowwise scales (faster small batches, not exact).")
+        bool, typer.Option(help="Routed experts in FP8 with rowwise scales (faster, not exact).")
     ] = EngineSettings.fp8_experts,
     upstream: Annotated[
         list[str] | None,

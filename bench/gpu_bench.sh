@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
-# The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights
-# (fused engine + naive baseline on the same model instance), sweep it over HTTP, write bench.json/png.
-# Usage on the GPU machine, from the repo root, with the wheels and model folder carried:
+# The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights and sweep
+# it over HTTP, for the standard and the cold-prompt workloads, in bf16 (fused engine + naive baseline on the
+# same model instance) and with FP8 experts. Writes one results JSON per (quantization, workload) into OUT.
+# QUANTIZATIONS="fp8-experts" runs only the FP8 half.
+# Usage on the GPU machine, from the repo root, with the wheels (.whl) and the model folder carried:
 #   bash bench/gpu_bench.sh .cache/gpu/dgemma "$OUT"
-# GPUS=N serves N replicas (one per GPU) and skips the naive baseline.
 set -euo pipefail
 folder=$1
 out=$2
 source bench/gpu_setup.sh
 port=8011
-gpus=${GPUS:-1}
+url=http://127.0.0.1:$port
 name=$(basename "$folder")
-if [ "$gpus" -gt 1 ]; then
-    engine=(--gpus "$gpus")
-    baseline=()
-else
-    engine=(--naive-baseline)
-    baseline=(--baseline-model "$name-naive" --baseline-concurrency "${BASELINE_LEVELS:-1,4,16}")
-fi
-python3 -m canvasread serve --model "$folder" --random-weights 0.02 --experts grouped_mm "${engine[@]}" \
-    --max-batch "${MAX_BATCH:-256}" --port $port --log-level warning > "$out/server.log" 2>&1 &
-server=$!
+gpu="1x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/canvasread-inductor}  # the second start reuses it
+
+serve() {  # serve QUANTIZATION FLAGS...: start a server, wait until it is ready (compile and capture included)
+    local quantization=$1; shift
+    server_command="canvasread serve --model $folder --random-weights 0.02 --experts grouped_mm --max-batch 256 $*"
+    python3 -m canvasread serve --model "$folder" --random-weights 0.02 --experts grouped_mm --max-batch 256 "$@" \
+        --port $port --log-level warning >> "$out/server.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 400); do curl -sf "$url/ready" > /dev/null && break; sleep 1; done
+    curl -sf "$url/ready" > /dev/null
+    echo "$quantization server ready after ${SECONDS}s"
+}
+sweep() {  # sweep QUANTIZATION WORKLOAD EXTRA...
+    python3 bench/http_sweep.py "$url" "$name" "$out/bench-$1-$2.json" --quantization "$1" --workload "$2" \
+        --server-command "$server_command" --gpu "$gpu" --levels "${LEVELS:-1,2,4,8,16,32,64,128}" \
+        --duration "${DURATION:-5}" "${@:3}"
+}
 trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/ready" > /dev/null && break; sleep 1; done
-curl -sf "http://127.0.0.1:$port/ready"
-python3 -m canvasread bench --url "http://127.0.0.1:$port" --model "$name" \
-    --concurrency "${LEVELS:-1,2,4,8,16,32,64,128,256}" --duration "${DURATION:-8}" "${baseline[@]}" \
-    --gpu "${gpus}x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), torch $(python3 -c 'import torch; print(torch.__version__)')" \
-    --out "$out"
+if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
+    serve bf16 --naive-baseline
+    sweep bf16 standard --baseline "$name-naive" --baseline-levels 1,4
+    sweep bf16 cold
+    kill $server; wait $server || true
+fi
+if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" fp8-experts "* ]]; then
+    serve fp8-experts --fp8-experts
+    sweep fp8-experts standard
+    sweep fp8-experts cold
+fi

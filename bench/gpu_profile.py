@@ -7,7 +7,8 @@ Usage: PYTHONPATH=src python3 bench/gpu_profile.py MODEL_FOLDER OUT_DIR
    the full bf16 model diverges because random-weight MoE routing flips on
    rounding-level differences).
 2. torch.profiler tables for one fused pass at batch 1 and batch 64 on the
-   full-size bf16 model (top kernels by GPU time, top ops by CPU time).
+   full-size bf16 model with compiled layer bodies and no CUDA graphs (so the
+   kernels show), top kernels by GPU time, top ops by CPU time.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.weights import initialise_weights
 from canvasread.canvas.plan import Planner
+from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
+from canvasread.tools.bench import planned_reads, standard_body
 
-sys.path.insert(0, str(Path(__file__).parent))
-from gpu_runner import reads_for
+
+def reads_for(planner: Planner, vocab: int, start: int, count: int) -> list[CanvasRead]:
+    return planned_reads(planner, [standard_body(n) for n in range(start, start + count)], vocab)
 
 
 def fp32_check(folder: str) -> float:
@@ -61,7 +65,7 @@ def main() -> None:
     loaded = load_checkpoint(folder, random_init_std=0.02, experts="grouped_mm")
     tokenizer = HFTokenizer(loaded.tokenizer)
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
-    reader = InProcessReader(FusedRunner(loaded.model))
+    reader = InProcessReader(FusedRunner(loaded.model, compile="inductor"))
     reader.read(reads_for(planner, tokenizer.vocab_size, 0, 4))
     report = {"fp32_4_layer_max_abs_logprob_diff": worst}
     for size, start in ((1, 100), (64, 200)):

@@ -82,6 +82,15 @@ Gpus = Annotated[
     int,
     typer.Option(metavar="N", rich_help_panel=MODELS, help="Replicas, one per GPU (cuda:0..N-1); batches are split."),
 ]
+Compile = Annotated[
+    bool,
+    typer.Option(
+        rich_help_panel=MODELS, help="On CUDA: torch.compile the layer bodies (compiled and captured at start-up)."
+    ),
+]
+Fp8Experts = Annotated[
+    bool, typer.Option(rich_help_panel=MODELS, help="Routed experts in FP8 with rowwise scales (faster, not exact).")
+]
 Calibrations = Annotated[
     list[Path] | None,
     typer.Option(
@@ -213,6 +222,8 @@ class ModelFlags:
     random_weights: RandomWeights = EngineSettings.random_init_std
     naive_baseline: NaiveBaseline = EngineSettings.naive_baseline
     gpus: Gpus = EngineSettings.gpus
+    compile: Compile = EngineSettings.compile
+    fp8_experts: Fp8Experts = EngineSettings.fp8_experts
     calibration: Calibrations = None
 
     def specs(self, upstream: UpstreamSettings | None) -> tuple[str, ...]:
@@ -231,7 +242,14 @@ class ModelFlags:
 
     def engine(self) -> EngineSettings:
         return EngineSettings(
-            self.device, self.dtype, self.experts, self.random_weights, self.naive_baseline, self.gpus
+            device=self.device,
+            dtype=self.dtype,
+            experts=self.experts,
+            random_init_std=self.random_weights,
+            naive_baseline=self.naive_baseline,
+            gpus=self.gpus,
+            compile=self.compile,
+            fp8_experts=self.fp8_experts,
         )
 
 

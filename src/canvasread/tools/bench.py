@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import platform
 from collections.abc import Callable, Sequence
@@ -18,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canvasread.canvas.plan import Planner, noisy_canvas
+from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.eval.metrics import quantile
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
+from canvasread.wire import parse_request
 
 QUESTIONS: dict[str, Any] = {
     "refund": {"type": "noul", "instructions": "Is the customer asking for their money back?"},
@@ -62,6 +66,33 @@ def standard_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
         name=NAMES[sequence % len(NAMES)],
     )
     return {"model": model, "state": state, "questions": QUESTIONS, "samples": 1}
+
+
+def cold_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The cold-prompt workload: the standard one with different instructions every request (no prefix reuse)."""
+    body = standard_body(sequence, model)
+    body["questions"] = {
+        key: {**question, "instructions": f"Queue {sequence}: {question['instructions']}"}
+        for key, question in QUESTIONS.items()
+    }
+    return body
+
+
+# The workloads `run_sweep` can drive, by the name results files record.
+WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {"standard": standard_body, "cold": cold_body}
+
+
+def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size: int) -> list[CanvasRead]:
+    """The canvas reads a server makes for these request bodies (first read of each canvas): reader benchmarks."""
+    reads = []
+    for sequence, raw in enumerate(bodies):
+        _, request = parse_request(raw)
+        plan = planner.plan(request)
+        for canvas in plan.canvases:
+            ids = noisy_canvas(canvas, plan.questions, vocab_size=vocab_size, seed=sequence, read=0)
+            slots = tuple(Slot(plan.questions[q].position, plan.questions[q].label_ids) for q in canvas.questions)
+            reads.append(CanvasRead(plan.prompt_ids, plan.prefix_length, tuple(ids), slots))
+    return reads
 
 
 def answers_every_question(body: dict[str, Any], answer: dict[str, Any]) -> bool:
@@ -115,13 +146,16 @@ def run_sweep(
     duration_s: float,
     api_key: str = "local",
     on_level: Callable[[Level], None] | None = None,
+    workload: str = "standard",
 ) -> list[Level]:
     """Run every level in turn (each after a short warm-up at that concurrency)."""
     levels = []
+    make = WORKLOADS[workload]
+    numbers = itertools.count()  # never the same request twice in a sweep, warm-ups included
     for concurrency in concurrencies:
 
-        def body(sequence: int) -> dict[str, Any]:
-            return standard_body(sequence, model)
+        def body(_: int) -> dict[str, Any]:
+            return make(next(numbers), model)
 
         warmup = LoadPlan(
             url,
@@ -147,7 +181,14 @@ def best_within_budget(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGE
 
 
 def summarise(
-    levels: Sequence[Level], baseline: Sequence[Level], *, command: str, gpu: str, extra: dict[str, Any] | None = None
+    levels: Sequence[Level],
+    baseline: Sequence[Level],
+    *,
+    command: str,
+    gpu: str,
+    extra: dict[str, Any] | None = None,
+    workload: str = "standard",
+    quantization: str = "bf16",
 ) -> dict[str, Any]:
     """The results file: the keys the benchmark issue asks for, then everything measured."""
     best = best_within_budget(levels)
@@ -166,7 +207,9 @@ def summarise(
         "naive_decisions_per_s": naive_best.decisions_per_s if naive_best else None,
         "sweep": [vars(level) for level in levels],
         "naive_sweep": [vars(level) for level in baseline],
-        "workload": {"questions": QUESTIONS, "state_example": standard_body(0)["state"], "samples": 1},
+        "workload": workload,
+        "quantization": quantization,
+        "request_example": WORKLOADS[workload](0, "jev-latest"),
         "host": {"python": platform.python_version(), "machine": platform.machine()},
     }
     if single and naive_single and single.p50_ms and naive_single.p50_ms:

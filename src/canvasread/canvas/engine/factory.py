@@ -57,7 +57,16 @@ def canvas_backend_for_checkpoint(
         if naive:
             reader = NaiveReader(loaded.model)
         else:
-            runner = FusedRunner(loaded.model, cuda_graphs=settings.cuda_graphs, image_processor=loaded.image_processor)
+            on_cuda = next(loaded.model.parameters()).device.type == "cuda"
+            runner = FusedRunner(
+                loaded.model,
+                cuda_graphs=settings.cuda_graphs,
+                image_processor=loaded.image_processor,
+                compile="inductor" if settings.compile and on_cuda else None,
+                fp8_experts=settings.fp8_experts,
+            )
+            if on_cuda:
+                runner.warm_up()
             reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
             if loaded.image_processor is not None:
                 ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
@@ -67,7 +76,8 @@ def canvas_backend_for_checkpoint(
             tokenizer=HFTokenizer(loaded.tokenizer),
             canvas_length=int(config.canvas_length),
             max_positions=int(config.text_config.max_position_embeddings),
-            fingerprint=loaded.fingerprint,
+            # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
+            fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
             images=images,
         )
 

@@ -48,7 +48,7 @@ class GraphCache:
         self,
         *,
         capture: bool = True,
-        max_batch: int = 16,
+        max_batch: int = 64,
         length_step: int = 32,
         max_length: int = 512,
         max_graphs: int = 64,

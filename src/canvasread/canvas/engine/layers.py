@@ -11,14 +11,22 @@ against it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
 from canvasread.canvas.engine.masks import attention_mask
 from canvasread.canvas.engine.rows import PassInputs, PassOutputs, PassShape, Row
+
+logger = logging.getLogger(__name__)
+
+LayerOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# Compiled layer bodies are kept per layer kind and shape bucket; more than the default cache of 8.
+COMPILED_SHAPES = 64
 
 
 class LayerStack:
@@ -26,10 +34,14 @@ class LayerStack:
 
     `prepare` builds a pass's inputs (host work), `forward` runs the layers
     (device work only, no host synchronisation, so it can be captured in a
-    CUDA graph).
+    CUDA graph). With `compile` (a backend: "inductor") each layer body
+    runs through `torch.compile` (Inductor fuses the fp32 norm chains, rotary and routing
+    into a few kernels; layers of one kind share the compiled code); a body
+    that fails to compile runs eagerly. With `fp8_experts` the routed
+    experts run in FP8 (`experts.py`).
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, compile: str | None = None, fp8_experts: bool = False) -> None:
         text = model.model.encoder.language_model
         self.layers = text.layers
         self.embed = text.embed_tokens
@@ -37,6 +49,13 @@ class LayerStack:
         self.self_conditioning = model.model.decoder.self_conditioning
         self.layer_types: list[str] = list(text.config.layer_types)
         self.window = int(text.config.sliding_window)
+        self.fp8: list[Fp8Experts | None] = [
+            Fp8Experts.of(layer.experts) if fp8_experts else None for layer in self.layers
+        ]
+        self._layer: Callable[..., LayerOutputs] = _layer
+        if compile:
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, COMPILED_SHAPES)
+            self._layer = torch.compile(_layer, backend=compile, dynamic=None)
 
     @property
     def device(self) -> torch.device:
@@ -75,19 +94,23 @@ class LayerStack:
             real_tokens = valid.reshape(-1).nonzero().squeeze(1)
         else:
             real_tokens = torch.arange(batch * max_new)
-        lengths = {"past_lengths": past_lengths, "prompt_lengths": prompt_lengths, "new_lengths": new_lengths}
+        device = self.device
+        lengths = torch.tensor([past_lengths, prompt_lengths, new_lengths]).to(device)
         masks = {
             kind: attention_mask(
-                sliding=kind == "sliding_attention", window=self.window, max_past=max_past, max_new=max_new, **lengths
+                sliding=kind == "sliding_attention",
+                window=self.window,
+                lengths=lengths,
+                max_past=max_past,
+                max_new=max_new,
             )
             for kind in sorted(set(self.layer_types))
         }
-        device = self.device
         return PassInputs(
             tokens.to(device),
             positions.to(device),
             is_canvas.to(device),
-            {kind: mask.to(device) for kind, mask in masks.items()},
+            masks,
             real_tokens.to(device),
             max_past,
             past,
@@ -116,10 +139,27 @@ class LayerStack:
                 )
             elif inputs.max_past:
                 past = _padded_past(rows, index, hidden.shape[0], inputs.max_past)
-            hidden, keys, values = _layer(layer, hidden, rope[kind], inputs.masks[kind], past, inputs.real_tokens)
+            hidden, keys, values = self._run_layer(
+                layer, hidden, rope[kind], inputs.masks[kind], past, inputs.real_tokens, self.fp8[index]
+            )
             new_keys.append(keys)
             new_values.append(values)
         return hidden, new_keys, new_values
+
+    @property
+    def compiled(self) -> bool:
+        """Whether layer bodies run compiled (false after a compile failure made them eager)."""
+        return self._layer is not _layer
+
+    def _run_layer(self, *args: Any) -> LayerOutputs:
+        try:
+            return self._layer(*args)
+        except Exception:
+            if self._layer is _layer:
+                raise
+            logger.warning("compiling the layer body failed; the engine runs it eagerly", exc_info=True)
+            self._layer = _layer
+            return _layer(*args)
 
 
 def _layer(
@@ -129,7 +169,8 @@ def _layer(
     mask: torch.Tensor,
     past: tuple[torch.Tensor, torch.Tensor] | None,
     real_tokens: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    fp8: Fp8Experts | None,
+) -> LayerOutputs:
     """One decoder layer as transformers computes it, over prompt and canvas tokens together."""
     residual = hidden
     attention = layer.self_attn
@@ -151,7 +192,11 @@ def _layer(
     if past is not None:
         all_keys = torch.cat([past[0], keys], dim=2)
         all_values = torch.cat([past[1], values], dim=2)
-    attended = F.scaled_dot_product_attention(query, all_keys, all_values, attn_mask=mask, scale=1.0, enable_gqa=True)
+    # K/V repeated to the query heads: grouped-query SDPA with a mask takes the math kernel at head dim 512.
+    groups = query.shape[1] // all_keys.shape[1]
+    all_keys = all_keys.repeat_interleave(groups, dim=1)
+    all_values = all_values.repeat_interleave(groups, dim=1)
+    attended = F.scaled_dot_product_attention(query, all_keys, all_values, attn_mask=mask, scale=1.0)
     attended = attention.o_proj(attended.transpose(1, 2).reshape(batch, length, -1))
     hidden = residual + layer.post_attention_layernorm(attended)
 
@@ -160,7 +205,7 @@ def _layer(
     width = hidden.shape[-1]
     flat = hidden.reshape(-1, width).index_select(0, real_tokens)  # experts only see real tokens
     _, weights, experts = layer.router(flat)
-    routed_flat = layer.experts(layer.pre_feedforward_layernorm_2(flat), experts, weights)
+    routed_flat = routed_experts(layer.experts, layer.pre_feedforward_layernorm_2(flat), experts, weights, fp8)
     routed = torch.zeros_like(hidden).reshape(-1, width)
     routed.index_copy_(0, real_tokens, layer.post_feedforward_layernorm_2(routed_flat))
     routed = routed.view_as(hidden)

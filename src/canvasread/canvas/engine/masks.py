@@ -8,27 +8,19 @@ sees through a sliding KV cache), and to every canvas token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 
-def attention_mask(
-    *,
-    sliding: bool,
-    window: int,
-    past_lengths: Sequence[int],
-    prompt_lengths: Sequence[int],
-    new_lengths: Sequence[int],
-    max_past: int,
-    max_new: int,
-) -> torch.Tensor:
-    """[batch, 1, new, past + new] booleans, keys laid out as the padded past then the padded new tokens."""
-    past = torch.tensor(past_lengths)[:, None, None]
-    prompt = torch.tensor(prompt_lengths)[:, None, None]
-    new = torch.tensor(new_lengths)[:, None, None]
-    query = torch.arange(max_new)[None, :, None]
-    key = torch.arange(max_past + max_new)[None, None, :]
+def attention_mask(*, sliding: bool, window: int, lengths: torch.Tensor, max_past: int, max_new: int) -> torch.Tensor:
+    """[batch, 1, new, past + new] booleans, keys laid out as the padded past then the padded new tokens.
+
+    `lengths` is [3, batch]: each row's cached, new prompt and new total
+    token counts; the mask is built where `lengths` is (on the GPU: a few
+    kernels instead of a host-built tensor the size of the mask).
+    """
+    past, prompt, new = (lengths[i][:, None, None] for i in range(3))
+    query = torch.arange(max_new, device=lengths.device)[None, :, None]
+    key = torch.arange(max_past + max_new, device=lengths.device)[None, None, :]
     key_is_past = key < max_past
     key_new_index = key - max_past
     key_position = torch.where(key_is_past, key, past + key_new_index)

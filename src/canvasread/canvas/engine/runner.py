@@ -23,10 +23,18 @@ from canvasread.types import ImageAsset
 class FusedRunner:
     """Runs batches of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
 
-    def __init__(self, model: Any, *, cuda_graphs: bool = False, image_processor: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        cuda_graphs: bool = False,
+        image_processor: Any = None,
+        compile: str | None = None,
+        fp8_experts: bool = False,
+    ) -> None:
         self.model = model
         self.image_processor = image_processor
-        self.stack = LayerStack(model)
+        self.stack = LayerStack(model, compile=compile, fp8_experts=fp8_experts)
         self.norm = model.model.encoder.language_model.norm
         self.lm_head = model.lm_head
         self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
@@ -46,6 +54,26 @@ class FusedRunner:
             inputs = self.stack.prepare(rows, PassShape.of(rows), filter_padding=True)
             hidden, new_keys, new_values = self.stack.forward(rows, inputs)
         return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
+
+    def warm_up(self, *, prefix: int = 224, new: int = 192, max_batch: int = 64) -> None:
+        """Compile and capture the common shapes before the first request does (a cached prefix, canvas rows).
+
+        Random token ids; nothing is cached. Batches of 1, 2, 4, ... `max_batch`
+        rows: after two sizes the compiled bodies take any batch, and each
+        graph bucket is captured once.
+        """
+        generator = torch.Generator().manual_seed(0)
+        vocab = int(self.stack.embed.weight.shape[0])
+
+        def ids(count: int) -> list[int]:
+            return torch.randint(3, vocab, (count,), generator=generator).tolist()
+
+        [encoded] = self.run([Row(None, ids(prefix), (), (), (), keep_kv=True)])
+        batch = 1
+        while batch <= max_batch:
+            rows = [Row(encoded.kv, ids(new - 32), ids(32), (0,), ((5, 6),)) for _ in range(batch)]
+            self.run(rows)
+            batch *= 2
 
     def image_token_count(self, image: ImageAsset) -> int:
         """How many soft tokens the vision tower writes for this image (its size decides)."""

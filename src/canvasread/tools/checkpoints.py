@@ -117,8 +117,9 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
     """A DiffusionGemma config small enough for CPU tests but with every feature of the real one.
 
     Two sliding layers and a full one, a sliding window shorter than test
-    prompts (so window masking is exercised), MoE with top-2 of 4 experts,
-    distinct global head size and KV heads, and a tiny vision tower.
+    prompts and images (so window masking is exercised), MoE with top-2 of 4
+    experts, distinct global head size and KV heads, a tiny vision tower, and
+    the real config's bidirectional attention within images.
     """
     from transformers import DiffusionGemmaConfig
 
@@ -140,6 +141,8 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
         "max_position_embeddings": 16384,
         "final_logit_softcapping": 30.0,
         "attention_k_eq_v": False,
+        # As the real checkpoint: an image's soft tokens attend to each other both ways in the encoder.
+        "use_bidirectional_attention": "vision",
     }
     vision = {
         "model_type": "gemma4_vision",

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import png
+from transformers import DynamicCache
 
 from canvasread.canvas.backend import CanvasBackend, CanvasJob
 from canvasread.canvas.plan import noisy_canvas
@@ -209,8 +210,9 @@ def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_
 
 
 def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
-    """An image in the state becomes the vision tower's soft tokens; the read equals a plain forward given the
-    same image features (transformers' own `mm_encoder_outputs` path)."""
+    """An image in the state becomes the vision tower's soft tokens; the read equals transformers' generation path
+    given the same image features (`mm_encoder_outputs`, and the bidirectional-within-image encoder masks that
+    `generate` builds and a plain forward drops)."""
     import base64
 
     backend = backend_of(tiny_decider)
@@ -247,9 +249,23 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
     class Features:
         pooler_output = features
 
+    length = len(job.plan.prompt_ids)
+    # transformers' generation path: the encoder masks `generate` builds, soft tokens marked as the processor does.
+    soft = torch.tensor([[int(t == runtime.images.token_id) for t in job.plan.prompt_ids]])
+    cache = DynamicCache(config=model.config.text_config)
+    masks = model.model.encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=torch.empty(1, length, 0),
+        attention_mask=torch.ones(1, length, dtype=torch.bool),
+        cache=cache,
+        position_ids=torch.arange(length)[None],
+        mm_token_type_ids=soft,
+    )
     with torch.no_grad():
         out = model(
             input_ids=torch.tensor([job.plan.prompt_ids]),
+            attention_mask=masks,
+            cache=cache,
             decoder_input_ids=torch.tensor([ids]),
             mm_encoder_outputs={"image": Features()},
         )

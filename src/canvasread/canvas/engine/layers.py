@@ -56,6 +56,8 @@ class LayerStack:
         if compile:
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, COMPILED_SHAPES)
             self._layer = torch.compile(_layer, backend=compile, dynamic=None)
+        # The real config's "vision": an image's soft tokens attend to each other both ways.
+        self.bidirectional_images = getattr(text.config, "use_bidirectional_attention", None) == "vision"
 
     @property
     def device(self) -> torch.device:
@@ -96,6 +98,7 @@ class LayerStack:
             real_tokens = torch.arange(batch * max_new)
         device = self.device
         lengths = torch.tensor([past_lengths, prompt_lengths, new_lengths]).to(device)
+        spans = [[(o, len(f)) for o, f in row.images] for row in rows] if self.bidirectional_images else []
         masks = {
             kind: attention_mask(
                 sliding=kind == "sliding_attention",
@@ -103,6 +106,7 @@ class LayerStack:
                 lengths=lengths,
                 max_past=max_past,
                 max_new=max_new,
+                image_spans=spans,
             )
             for kind in sorted(set(self.layer_types))
         }

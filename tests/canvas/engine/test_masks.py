@@ -53,9 +53,7 @@ def test_prompt_masks_equal_the_generation_paths(past: int, canvas: int) -> None
         ours = attention_mask(
             sliding=kind == "sliding_attention",
             window=tiny_config().text_config.sliding_window,
-            past_lengths=[past],
-            prompt_lengths=[new],
-            new_lengths=[new + canvas],
+            lengths=torch.tensor([[past], [new], [new + canvas]]),
             max_past=past,
             max_new=new + canvas,
             image_spans=[[(offset - past, tokens) for offset, tokens in IMAGES]],
@@ -70,9 +68,7 @@ def test_without_image_spans_the_masks_are_causal_and_differ() -> None:
         causal = attention_mask(
             sliding=kind == "sliding_attention",
             window=tiny_config().text_config.sliding_window,
-            past_lengths=[0],
-            prompt_lengths=[PROMPT],
-            new_lengths=[PROMPT],
+            lengths=torch.tensor([[0], [PROMPT], [PROMPT]]),
             max_past=0,
             max_new=PROMPT,
         )[0, 0]

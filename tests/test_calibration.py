@@ -196,4 +196,4 @@ def test_serve_refuses_a_calibration_fit_for_other_weights(tmp_path: Path) -> No
     command = [sys.executable, "-m", "canvasread", "serve", "--port", str(free_port()), "--calibration", str(path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"COLUMNS": "200"})
     assert result.returncode == 1
-    assert "refit it with `canvasread calibrate`" in result.stdout
+    assert "refit it with `canvasread calibrate`" in result.stderr

@@ -127,7 +127,7 @@ def test_shutdown_timeout_is_a_flag() -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1 and "shutdown_timeout_s cannot be negative" in result.stdout
+    assert result.returncode == 1 and "shutdown_timeout_s cannot be negative" in result.stderr
 
 
 def test_sigterm_exit_is_bounded_by_the_shutdown_timeout_while_a_batch_runs() -> None:

@@ -45,3 +45,22 @@ def tiny_decider(tiny_checkpoint: Path) -> Decider:
     from canvasread.catalog import open_decider
 
     return open_decider((str(tiny_checkpoint),))
+
+
+@pytest.fixture(scope="session")
+def tiny_wide_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint with a sliding window wider than any test's prompt plus canvas.
+
+    There vLLM's per-token symmetric window and transformers' last window−1
+    prompt tokens see the same keys, so proxy answers must equal in-process ones.
+    """
+    from canvasread.tools.checkpoints import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-wide-diffusiongemma"), std=0.3, sliding_window=8192)
+
+
+@pytest.fixture(scope="session")
+def tiny_wide_decider(tiny_wide_checkpoint: Path) -> Decider:
+    from canvasread.catalog import open_decider
+
+    return open_decider((str(tiny_wide_checkpoint),))

@@ -25,10 +25,15 @@ It is stricter than vLLM where that catches our mistakes: an unknown field,
 top-level or in `vllm_xargs`, is a 400 here while vLLM would ignore it.
 Errors use vLLM's `{"error": {"message", "type", "param", "code"}}`.
 
-Logprobs come from one plain transformers forward of the checkpoint (encoder
-over the prompt, decoder over the seeded canvas, temperature 1), which is what
-a read-only single step computes, so answers through the proxy must equal the
-in-process engine's on the same checkpoint and seed.
+Logprobs come from one transformers forward of the checkpoint (encoder over
+the prompt, decoder over the seeded canvas, temperature 1), which is what a
+read-only single step computes, with one change that is vLLM's: on sliding
+layers each canvas token attends within a symmetric window around its own
+position (flash attention's `(window - 1, window - 1)` for non-causal
+queries), where transformers gives every canvas token the same last
+`window - 1` prompt tokens. Answers through the proxy therefore equal the
+in-process engine's only while prompt + canvas fit in the window (about 1,000
+tokens on the real model); past it they differ, as they do against real vLLM.
 
 Run it as vLLM is run (`python tests/vllm_standin.py serve MODEL --port 8000
 --served-model-name dgemma --diffusion-config '{"canvas_length": 64}'`); flags
@@ -128,6 +133,8 @@ class Standin:
     generation_defaults: dict[str, float] = field(default_factory=dict)
     max_num_queued_reqs: int | None = None
     api_keys: tuple[str, ...] = ()
+    # "vllm": each canvas token's own symmetric window on sliding layers; "transformers": the last window−1 tokens.
+    sliding_semantics: str = "vllm"
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     in_flight: int = 0
@@ -185,6 +192,22 @@ class Standin:
             raise BadRequest(DIFFUSION_SAMPLING_MESSAGE)
         return chosen
 
+    def decoder_masks(self, prompt: int, width: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """The canvas's decoder masks over [cached prompt keys, canvas keys] per layer kind.
+
+        A sliding layer's cache holds the last window−1 prompt tokens; under vLLM's semantics canvas token i
+        (position prompt + i) sees a key only within window−1 positions either side of it.
+        """
+        window = int(self.model.config.text_config.sliding_window)
+        cached = min(prompt, window - 1)
+        keys = torch.cat([torch.arange(prompt - cached, prompt), prompt + torch.arange(width)])
+        queries = prompt + torch.arange(width)
+        sliding = (queries[:, None] - keys[None, :]).abs() <= window - 1
+        if self.sliding_semantics == "transformers":
+            sliding = torch.ones_like(sliding)
+        full = torch.ones(width, prompt + width, dtype=torch.bool)
+        return {"sliding_attention": sliding[None, None].to(device), "full_attention": full[None, None].to(device)}
+
     def complete(self, request: CompletionRequest) -> dict[str, Any]:
         width = self.check(request)
         rows = min(request.max_tokens, width)  # a read-only request ends after one canvas
@@ -193,6 +216,7 @@ class Standin:
             output = self.model(
                 input_ids=torch.tensor([request.prompt], device=device),
                 decoder_input_ids=torch.tensor([request.vllm_xargs.diffusion_seed_canvas], device=device),
+                decoder_attention_mask=self.decoder_masks(len(request.prompt), width, device),
             )
             sampling = self.sampling(request)
             logits = _filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])

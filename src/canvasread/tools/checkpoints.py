@@ -113,7 +113,7 @@ def _rename_special_tokens(tokenizer: dict[str, Any], config: dict[str, Any]) ->
             decoder[str(token_id)].update(content=name, special=True)
 
 
-def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
+def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256, sliding_window: int = 24) -> Any:
     """A DiffusionGemma config small enough for CPU tests but with every feature of the real one.
 
     Two sliding layers and a full one, a sliding window shorter than test
@@ -137,7 +137,7 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
         "num_global_key_value_heads": 1,
         "head_dim": 16,
         "global_head_dim": 32,
-        "sliding_window": 24,
+        "sliding_window": sliding_window,
         "max_position_embeddings": 16384,
         "final_logit_softcapping": 30.0,
         "attention_k_eq_v": False,
@@ -160,7 +160,7 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256) -> Any:
 
 
 def write_tiny_checkpoint(
-    folder: Path, *, seed: int = 0, tokenizer_cache: Path | None = None, std: float = 0.02
+    folder: Path, *, seed: int = 0, tokenizer_cache: Path | None = None, std: float = 0.02, sliding_window: int = 24
 ) -> Path:
     """Save a random tiny DiffusionGemma, its image processor and the Gemma tokenizer to `folder`.
 
@@ -175,7 +175,7 @@ def write_tiny_checkpoint(
     from canvasread.canvas.engine.weights import initialise_weights
 
     torch.manual_seed(seed)
-    model = DiffusionGemmaForBlockDiffusion(tiny_config())
+    model = DiffusionGemmaForBlockDiffusion(tiny_config(sliding_window=sliding_window))
     initialise_weights(model, std=std)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)

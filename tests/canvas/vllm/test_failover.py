@@ -43,14 +43,14 @@ def probabilities(answers: dict[str, Any]) -> list[float]:
     return flat
 
 
-def expected_answers(tiny_decider: Decider, seeds: range) -> dict[int, list[float]]:
-    answers = {seed: tiny_decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)["answers"] for seed in seeds}
+def expected_answers(tiny_wide_decider: Decider, seeds: range) -> dict[int, list[float]]:
+    answers = {seed: tiny_wide_decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)["answers"] for seed in seeds}
     return {seed: probabilities(answer) for seed, answer in answers.items()}  # type: ignore[arg-type]
 
 
-def proxy_over(urls: tuple[str, ...], tiny_checkpoint: Path, timeout_s: float = 30.0) -> Decider:
+def proxy_over(urls: tuple[str, ...], tiny_wide_checkpoint: Path, timeout_s: float = 30.0) -> Decider:
     settings = UpstreamSettings(
-        urls=urls, tokenizer=str(tiny_checkpoint), canvas_length=256, timeout_s=timeout_s, probe_interval_s=0.2
+        urls=urls, tokenizer=str(tiny_wide_checkpoint), canvas_length=256, timeout_s=timeout_s, probe_interval_s=0.2
     )
     return open_decider((), upstream=settings)
 
@@ -62,10 +62,10 @@ def backend_of(decider: Decider) -> UpstreamCanvasBackend:
 
 
 @contextlib.contextmanager
-def standin_process(tiny_checkpoint: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def standin_process(tiny_wide_checkpoint: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The stand-in as its own process, started the way `vllm serve` is, so it can be killed for real."""
     port = free_port()
-    command = [sys.executable, str(STANDIN), "serve", str(tiny_checkpoint), "--port", str(port)]
+    command = [sys.executable, str(STANDIN), "serve", str(tiny_wide_checkpoint), "--port", str(port)]
     command += ["--served-model-name", "dgemma", "--enable-prefix-caching"]
     quiet = {**os.environ, "OMP_NUM_THREADS": "1"}  # two model processes on a small machine: no thread oversubscription
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=quiet)
@@ -76,12 +76,14 @@ def standin_process(tiny_checkpoint: Path) -> Iterator[tuple[str, subprocess.Pop
         process.wait()
 
 
-def test_killing_one_of_two_upstreams_mid_run_loses_no_request(tiny_checkpoint: Path, tiny_decider: Decider) -> None:
-    expected = expected_answers(tiny_decider, range(3))
-    survivor = load_standin(str(tiny_checkpoint), served_name="dgemma")
-    with standin_process(tiny_checkpoint) as (first, victim), running(survivor) as second:
+def test_killing_one_of_two_upstreams_mid_run_loses_no_request(
+    tiny_wide_checkpoint: Path, tiny_wide_decider: Decider
+) -> None:
+    expected = expected_answers(tiny_wide_decider, range(3))
+    survivor = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
+    with standin_process(tiny_wide_checkpoint) as (first, victim), running(survivor) as second:
         wait_until(first + "/health", timeout=120)
-        flags = ["--upstream", first, "--upstream", second, "--tokenizer", str(tiny_checkpoint)]
+        flags = ["--upstream", first, "--upstream", second, "--tokenizer", str(tiny_wide_checkpoint)]
         with serve_cli(*flags, "--upstream-canvas-length", "256") as base:
             answered = 0
 
@@ -108,12 +110,12 @@ def test_killing_one_of_two_upstreams_mid_run_loses_no_request(tiny_checkpoint: 
         assert got == pytest.approx(expected[seed], abs=1e-5)
 
 
-def test_a_failed_upstream_is_probed_until_it_is_back(tiny_checkpoint: Path) -> None:
-    first, second = (load_standin(str(tiny_checkpoint), served_name="dgemma") for _ in range(2))
+def test_a_failed_upstream_is_probed_until_it_is_back(tiny_wide_checkpoint: Path) -> None:
+    first, second = (load_standin(str(tiny_wide_checkpoint), served_name="dgemma") for _ in range(2))
     with running(second) as second_url:
         with running(first) as first_url:
             port = int(first_url.rsplit(":", 1)[1])
-            decider = proxy_over((first_url, second_url), tiny_checkpoint)
+            decider = proxy_over((first_url, second_url), tiny_wide_checkpoint)
             pool = backend_of(decider).pool
             eventually(lambda: all(u.healthy for u in pool.upstreams), timeout=30)
             for seed in range(4):
@@ -135,13 +137,15 @@ def test_a_failed_upstream_is_probed_until_it_is_back(tiny_checkpoint: Path) -> 
             backend_of(decider).close()
 
 
-def test_a_stuck_upstream_costs_one_timeout_then_fails_over(tiny_checkpoint: Path, tiny_decider: Decider) -> None:
-    expected = expected_answers(tiny_decider, range(3))
-    stuck = load_standin(str(tiny_checkpoint), served_name="dgemma", stall_s=20.0)
-    good = load_standin(str(tiny_checkpoint), served_name="dgemma")
+def test_a_stuck_upstream_costs_one_timeout_then_fails_over(
+    tiny_wide_checkpoint: Path, tiny_wide_decider: Decider
+) -> None:
+    expected = expected_answers(tiny_wide_decider, range(3))
+    stuck = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", stall_s=20.0)
+    good = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(stuck) as stuck_url, running(good) as good_url:
-        decider = proxy_over((stuck_url, good_url), tiny_checkpoint, timeout_s=1.0)
-        alone = proxy_over((stuck_url,), tiny_checkpoint, timeout_s=1.0)
+        decider = proxy_over((stuck_url, good_url), tiny_wide_checkpoint, timeout_s=1.0)
+        alone = proxy_over((stuck_url,), tiny_wide_checkpoint, timeout_s=1.0)
         try:
             for seed in range(3):
                 answers = decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)["answers"]
@@ -170,18 +174,18 @@ def canvasread_process(*args: str) -> Iterator[str]:
 
 
 def test_ready_follows_the_upstreams_and_the_port_is_bound_at_once(
-    tiny_checkpoint: Path, tiny_decider: Decider
+    tiny_wide_checkpoint: Path, tiny_wide_decider: Decider
 ) -> None:
-    [expected] = expected_answers(tiny_decider, range(1)).values()
+    [expected] = expected_answers(tiny_wide_decider, range(1)).values()
     port = free_port()
-    flags = ["--upstream", f"http://127.0.0.1:{port}", "--tokenizer", str(tiny_checkpoint)]
+    flags = ["--upstream", f"http://127.0.0.1:{port}", "--tokenizer", str(tiny_wide_checkpoint)]
     body = {"model": "jev-latest", "state": STATE, "questions": QUESTIONS, "seed": 0, **ONE_READ}
     with canvasread_process(*flags, "--upstream-canvas-length", "256") as base:
         wait_until(base + "/health", timeout=60)
         waiting = httpx.get(base + "/ready", timeout=10)
         assert waiting.status_code == 503 and "dgemma" in waiting.json()["detail"]["message"]
         assert httpx.post(base + "/v1/systemone", json=body, timeout=30).status_code == 503
-        with running(load_standin(str(tiny_checkpoint), served_name="dgemma"), port):
+        with running(load_standin(str(tiny_wide_checkpoint), served_name="dgemma"), port):
             wait_until(base + "/ready", timeout=60)
             reply = httpx.post(base + "/v1/systemone", json=body, timeout=60)
             assert reply.status_code == 200

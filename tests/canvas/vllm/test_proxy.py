@@ -83,15 +83,17 @@ def wide_choice(options: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def standin(tiny_checkpoint: Path) -> Iterator[tuple[str, Standin]]:
-    served = load_standin(str(tiny_checkpoint), served_name="dgemma")
+def standin(tiny_wide_checkpoint: Path) -> Iterator[tuple[str, Standin]]:
+    served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(served) as base:
         yield base, served
 
 
-def proxy_for(base: str, tiny_checkpoint: Path, *, load: bool = True) -> Decider:
+def proxy_for(base: str, tiny_wide_checkpoint: Path, *, load: bool = True) -> Decider:
     """The library equivalent of `serve --upstream BASE --tokenizer TINY --upstream-canvas-length 256`."""
-    upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_checkpoint), canvas_length=256, probe_interval_s=0.2)
+    upstream = UpstreamSettings(
+        urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2
+    )
     return open_decider((), upstream=upstream, load=load)
 
 
@@ -102,8 +104,8 @@ def close(decider: Decider) -> None:
 
 
 @pytest.fixture(scope="module")
-def proxy(standin: tuple[str, Standin], tiny_checkpoint: Path) -> Iterator[Decider]:
-    decider = proxy_for(standin[0], tiny_checkpoint)
+def proxy(standin: tuple[str, Standin], tiny_wide_checkpoint: Path) -> Iterator[Decider]:
+    decider = proxy_for(standin[0], tiny_wide_checkpoint)
     yield decider
     close(decider)
 
@@ -126,11 +128,11 @@ def backend_of(decider: Decider) -> UpstreamCanvasBackend:
     ],
 )
 def test_proxy_answers_equal_the_in_process_engine(
-    proxy: Decider, tiny_decider: Decider, questions: dict[str, Any], extensions: dict[str, Any]
+    proxy: Decider, tiny_wide_decider: Decider, questions: dict[str, Any], extensions: dict[str, Any]
 ) -> None:
     body = {"seed": 17, "diagnostics": True, **extensions}
     remote = proxy.ask(STATE, questions, **body)
-    local = tiny_decider.ask(STATE, questions, **body)
+    local = tiny_wide_decider.ask(STATE, questions, **body)
     assert remote["usage"] == local["usage"]
     assert remote["answers"].keys() == local["answers"].keys()  # type: ignore[union-attr]
     for key, answer in remote["answers"].items():  # type: ignore[union-attr]
@@ -278,10 +280,10 @@ def ask_live(base: str, questions: dict[str, Any]) -> httpx.Response:
     return httpx.post(base + "/v1/systemone", json=body, timeout=60)
 
 
-def test_a_canvas_wider_than_vllm_serves_is_a_clear_502(tiny_checkpoint: Path) -> None:
-    narrow = load_standin(str(tiny_checkpoint), served_name="dgemma", canvas_length=64)
+def test_a_canvas_wider_than_vllm_serves_is_a_clear_502(tiny_wide_checkpoint: Path) -> None:
+    narrow = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", canvas_length=64)
     with running(narrow) as base:
-        decider = proxy_for(base, tiny_checkpoint, load=False)
+        decider = proxy_for(base, tiny_wide_checkpoint, load=False)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
                 assert ask_live(server, {"refund": noul("Refund?")}).status_code == 200
@@ -294,10 +296,10 @@ def test_a_canvas_wider_than_vllm_serves_is_a_clear_502(tiny_checkpoint: Path) -
     assert "no larger than the served canvas_length 64" in detail["message"]
 
 
-def test_an_upstream_without_logprob_token_ids_is_a_clear_502(tiny_checkpoint: Path) -> None:
-    older = load_standin(str(tiny_checkpoint), served_name="dgemma", honour_logprob_token_ids=False)
+def test_an_upstream_without_logprob_token_ids_is_a_clear_502(tiny_wide_checkpoint: Path) -> None:
+    older = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", honour_logprob_token_ids=False)
     with running(older) as base:
-        decider = proxy_for(base, tiny_checkpoint, load=False)
+        decider = proxy_for(base, tiny_wide_checkpoint, load=False)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
                 reply = ask_live(server, mixed(3))
@@ -311,3 +313,30 @@ def test_serve_refuses_an_upstream_without_a_tokenizer() -> None:
     result = CliRunner().invoke(cli_app, ["serve", "--upstream", "http://127.0.0.1:9"])
     assert result.exit_code == 1
     assert "--tokenizer" in result.output
+
+
+def test_past_the_sliding_window_vllm_and_transformers_read_differently(
+    tiny_checkpoint: Path, tiny_decider: Decider
+) -> None:
+    """vLLM gives each canvas token a symmetric window on sliding layers; transformers (and the in-process
+    engine) give every canvas token the last window−1 prompt tokens. On the tiny checkpoint (window 24) every
+    prompt is past the window, so the proxy's answers differ; the stand-in told to use transformers' semantics
+    agrees again, so the difference is the window and nothing else."""
+    questions = mixed(3)
+    local = tiny_decider.ask(STATE, questions, seed=2, samples=1)["answers"]
+    answers = {}
+    for semantics in ("vllm", "transformers"):
+        served = load_standin(str(tiny_checkpoint), served_name="dgemma", sliding_semantics=semantics)
+        with running(served) as base:
+            decider = proxy_for(base, tiny_checkpoint)
+            try:
+                answers[semantics] = decider.ask(STATE, questions, seed=2, samples=1)["answers"]
+            finally:
+                close(decider)
+    for key, want in local.items():  # type: ignore[union-attr]
+        same = want["probabilities"] if want["type"] != "noul" else {"p": want["noul"]}
+        for semantics, expected_equal in (("vllm", False), ("transformers", True)):
+            got = answers[semantics][key]  # type: ignore[index]
+            got = got["probabilities"] if got["type"] != "noul" else {"p": got["noul"]}
+            close_enough = list(got.values()) == pytest.approx(list(same.values()), abs=1e-5)
+            assert close_enough is expected_equal, (key, semantics)

@@ -47,9 +47,9 @@ def raw_read(**change: Any) -> dict[str, Any]:
     return {**body, **change}
 
 
-def proxy_for(urls: tuple[str, ...], tiny_checkpoint: Path, **settings: Any) -> Decider:
+def proxy_for(urls: tuple[str, ...], tiny_wide_checkpoint: Path, **settings: Any) -> Decider:
     upstream = UpstreamSettings(
-        urls=urls, tokenizer=str(tiny_checkpoint), canvas_length=256, probe_interval_s=0.2, **settings
+        urls=urls, tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2, **settings
     )
     return open_decider((), upstream=upstream, load=False)
 
@@ -65,36 +65,40 @@ def ask(base: str, **extensions: Any) -> httpx.Response:
     return httpx.post(base + "/v1/systemone", json=body, timeout=120)
 
 
-def test_logprobs_beside_ids_is_required_but_its_value_ignored(tiny_checkpoint: Path) -> None:
+def test_logprobs_beside_ids_is_required_but_its_value_ignored(tiny_wide_checkpoint: Path) -> None:
     """Completions drops `logprobs` when ids are given, so any count is accepted; every id gets a row entry."""
-    with running(load_standin(str(tiny_checkpoint), served_name="dgemma")) as base:
+    with running(load_standin(str(tiny_wide_checkpoint), served_name="dgemma")) as base:
         answer = httpx.post(base + "/v1/completions", json=raw_read(logprobs=1), timeout=60)
     assert answer.status_code == 200
     rows = answer.json()["choices"][0]["logprobs"]["top_logprobs"]
     assert all({f"token_id:{t}" for t in (4443, 1294, 236743)} <= row.keys() for row in rows)
 
 
-def test_generation_defaults_do_not_reach_the_proxys_reads(tiny_checkpoint: Path, tiny_decider: Decider) -> None:
+def test_generation_defaults_do_not_reach_the_proxys_reads(
+    tiny_wide_checkpoint: Path, tiny_wide_decider: Decider
+) -> None:
     """Under a checkpoint default of top_k=1 a client leaving sampling out gets −9999 for every other label;
     canvasread sends neutral sampling, so its answers still equal the in-process engine's."""
-    served = load_standin(str(tiny_checkpoint), served_name="dgemma", generation_defaults={"top_k": 1, "top_p": 0.5})
+    served = load_standin(
+        str(tiny_wide_checkpoint), served_name="dgemma", generation_defaults={"top_k": 1, "top_p": 0.5}
+    )
     with running(served) as base:
         rows = httpx.post(base + "/v1/completions", json=raw_read(), timeout=60).json()["choices"][0]["logprobs"]
         floored = [v for row in rows["top_logprobs"] for v in row.values() if v == LOGPROB_FLOOR]
         assert len(floored) >= 2 * 16, "all but the top token are filtered before the logprobs"
-        decider = proxy_for((base,), tiny_checkpoint)
+        decider = proxy_for((base,), tiny_wide_checkpoint)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
                 remote = ask(server)
         finally:
             backend_of(decider).close()
     assert remote.status_code == 200, remote.text
-    local = tiny_decider.ask(STATE, QUESTIONS, seed=4, samples=1)
+    local = tiny_wide_decider.ask(STATE, QUESTIONS, seed=4, samples=1)
     assert remote.json()["answers"]["refund"]["noul"] == pytest.approx(local["answers"]["refund"]["noul"], abs=1e-5)  # type: ignore[index]
 
 
-def test_a_default_temperature_other_than_one_refuses_reads_that_leave_it_out(tiny_checkpoint: Path) -> None:
-    served = load_standin(str(tiny_checkpoint), served_name="dgemma", generation_defaults={"temperature": 0.7})
+def test_a_default_temperature_other_than_one_refuses_reads_that_leave_it_out(tiny_wide_checkpoint: Path) -> None:
+    served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", generation_defaults={"temperature": 0.7})
     with running(served) as base:
         refused = httpx.post(base + "/v1/completions", json=raw_read(), timeout=60)
         neutral = httpx.post(base + "/v1/completions", json=raw_read(temperature=1.0), timeout=60)
@@ -103,14 +107,14 @@ def test_a_default_temperature_other_than_one_refuses_reads_that_leave_it_out(ti
 
 
 def test_the_upstream_api_key_goes_on_every_call_and_never_into_logs(
-    tiny_checkpoint: Path, caplog: pytest.LogCaptureFixture
+    tiny_wide_checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    served = load_standin(str(tiny_checkpoint), served_name="dgemma", api_keys=(KEY,))
+    served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", api_keys=(KEY,))
     caplog.set_level(logging.DEBUG)
     with running(served) as base:
         assert httpx.get(base + "/v1/models", timeout=10).status_code == 401
         assert httpx.get(base + "/health", timeout=10).status_code == 200
-        keyless = backend_of(proxy_for((base,), tiny_checkpoint, startup_timeout_s=3.0))
+        keyless = backend_of(proxy_for((base,), tiny_wide_checkpoint, startup_timeout_s=3.0))
         try:
             with pytest.raises(UpstreamUnavailable) as refused:
                 keyless.load()
@@ -118,7 +122,7 @@ def test_the_upstream_api_key_goes_on_every_call_and_never_into_logs(
             keyless.close()
         settings_repr = repr(UpstreamSettings(urls=(base,), tokenizer="t", api_key=KEY))
         before = len(served.headers)
-        keyed = proxy_for((base,), tiny_checkpoint, api_key=KEY)
+        keyed = proxy_for((base,), tiny_wide_checkpoint, api_key=KEY)
         try:
             with serve_app(create_app(keyed, ServerSettings())) as server:
                 answered = ask(server)
@@ -132,11 +136,11 @@ def test_the_upstream_api_key_goes_on_every_call_and_never_into_logs(
     assert KEY not in caplog.text
 
 
-def test_a_full_queue_is_retried_elsewhere_without_taking_the_upstream_out(tiny_checkpoint: Path) -> None:
-    full = load_standin(str(tiny_checkpoint), served_name="dgemma", max_num_queued_reqs=0)
-    free = load_standin(str(tiny_checkpoint), served_name="dgemma")
+def test_a_full_queue_is_retried_elsewhere_without_taking_the_upstream_out(tiny_wide_checkpoint: Path) -> None:
+    full = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", max_num_queued_reqs=0)
+    free = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(full) as full_url, running(free) as free_url:
-        decider = proxy_for((full_url, free_url), tiny_checkpoint)
+        decider = proxy_for((full_url, free_url), tiny_wide_checkpoint)
         backend = backend_of(decider)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
@@ -151,10 +155,10 @@ def test_a_full_queue_is_retried_elsewhere_without_taking_the_upstream_out(tiny_
     assert healthy == [True, True]
 
 
-def test_every_upstream_full_is_a_529_with_a_retry_hint(tiny_checkpoint: Path) -> None:
-    full = load_standin(str(tiny_checkpoint), served_name="dgemma", max_num_queued_reqs=0)
+def test_every_upstream_full_is_a_529_with_a_retry_hint(tiny_wide_checkpoint: Path) -> None:
+    full = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", max_num_queued_reqs=0)
     with running(full) as base:
-        decider = proxy_for((base,), tiny_checkpoint)
+        decider = proxy_for((base,), tiny_wide_checkpoint)
         backend = backend_of(decider)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:

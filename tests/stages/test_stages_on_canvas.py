@@ -73,10 +73,11 @@ def recorded(tiny_decider: Decider) -> tuple[Decider, RecordingReader, Tokenizer
 
 
 @pytest.fixture(scope="module")
-def proxy(tiny_checkpoint: Path) -> Iterator[tuple[Decider, Standin]]:
-    served = load_standin(str(tiny_checkpoint), served_name="dgemma")
+def proxy(tiny_wide_checkpoint: Path) -> Iterator[tuple[Decider, Standin]]:
+    """Through the stand-in on the wide-window checkpoint, where vLLM's and transformers' windows agree."""
+    served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(served) as base:
-        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_checkpoint), canvas_length=256)
+        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
         decider = open_decider((), upstream=upstream)
         yield decider, served
         backend = decider.served[0].backend
@@ -118,16 +119,16 @@ def test_later_stages_read_the_earlier_answers_in_process(recorded: tuple[Decide
 
 
 def test_later_stages_read_the_earlier_answers_through_vllm(
-    proxy: tuple[Decider, Standin], tiny_decider: Decider, tiny_checkpoint: Path
+    proxy: tuple[Decider, Standin], tiny_wide_decider: Decider
 ) -> None:
     decider, served = proxy
     before = len(served.requests)
     remote = decider.ask(STATE, STAGED, seed=7, samples="auto", diagnostics=True)["answers"]
-    runtime = canvas_backend(tiny_decider)._runtime
+    runtime = canvas_backend(tiny_wide_decider)._runtime
     assert runtime is not None
     prompts = list(dict.fromkeys(runtime.tokenizer.decode(r["prompt"]) for r in served.requests[before:]))
     check_staged_prompts(remote, prompts)  # type: ignore[arg-type]
-    local = tiny_decider.ask(STATE, STAGED, seed=7, samples="auto", diagnostics=True)["answers"]
+    local = tiny_wide_decider.ask(STATE, STAGED, seed=7, samples="auto", diagnostics=True)["answers"]
     for key in STAGED:  # the same stages, re-reads and rotations through either reader
         got, want = remote[key], local[key]  # type: ignore[index]
         assert got["diagnostics"]["reads"] == want["diagnostics"]["reads"], key

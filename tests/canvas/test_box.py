@@ -13,6 +13,7 @@ import httpx
 import pytest
 import torch
 from PIL import Image as PILImage
+from transformers import DynamicCache
 from typesafe_sdk import Box, BoxAnswer, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
 from canvasread.answers import box_confidence, box_edges, build_answer
@@ -104,7 +105,8 @@ def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -
 
 
 def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Decider) -> None:
-    """Every digit slot is read at the right place with the image in the prompt; the edges are their product."""
+    """Every digit slot is read at the right place with the image in the prompt (as transformers' generation path
+    reads it); the edges are their product."""
     backend = backend_of(tiny_decider)
     runtime = backend._runtime
     assert runtime is not None
@@ -117,9 +119,23 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
     class Features:
         pooler_output = runner.image_features([png()])[0]
 
+    model, length = runner.model, len(job.plan.prompt_ids)
+    # transformers' generation path: the encoder masks `generate` builds (bidirectional within the image).
+    soft = torch.tensor([[int(t == runtime.images.token_id) for t in job.plan.prompt_ids]])  # type: ignore[union-attr]
+    cache = DynamicCache(config=model.config.text_config)
+    masks = model.model.encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=torch.empty(1, length, 0),
+        attention_mask=torch.ones(1, length, dtype=torch.bool),
+        cache=cache,
+        position_ids=torch.arange(length)[None],
+        mm_token_type_ids=soft,
+    )
     with torch.no_grad():
-        out = runner.model(
+        out = model(
             input_ids=torch.tensor([job.plan.prompt_ids]),
+            attention_mask=masks,
+            cache=cache,
             decoder_input_ids=torch.tensor([ids]),
             mm_encoder_outputs={"image": Features()},
         )

@@ -252,3 +252,25 @@ def test_docs_load_swagger_ui_from_this_server(base: str) -> None:
     for url in found:
         assert httpx.get(base + url).status_code == 200, url
     assert "SwaggerUIBundle" in httpx.get(base + "/docs/assets/swagger-ui-bundle.js").text
+
+
+# ---- the serve flags reach uvicorn and the app ---------------------------------------------------
+
+
+def test_serve_flags_set_the_connection_limits() -> None:
+    from helpers import cli_process
+
+    flags = ("--header-timeout", "0.5", "--allowed-host", "proxy.internal", "--max-json-items", "1000")
+    with cli_process(*flags) as server:
+        with connect(server.base) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            assert read_all(sock) == b""
+        assert httpx.get(server.base + "/health", headers={"host": "proxy.internal"}).status_code == 200
+        assert httpx.get(server.base + "/health", headers={"host": "elsewhere.internal"}).status_code == 400
+        many = {
+            "model": "jev-latest",
+            "state": list(range(2000)),
+            "questions": {"q": {"type": "noul", "instructions": "x"}},
+        }
+        response = httpx.post(server.base + "/v1/systemone", json=many)
+        assert response.status_code == 422 and response.json()["detail"][0]["type"] == "json_too_large"

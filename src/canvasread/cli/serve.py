@@ -186,6 +186,30 @@ ShutdownTimeout = Annotated[
     int, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Time in-flight requests get after SIGTERM.")
 ]
 LogLevel = Annotated[str, typer.Option(metavar="LEVEL", rich_help_panel=SERVER, help="uvicorn log level.")]
+HeaderTimeout = Annotated[
+    float, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Time a client has to send its headers.")
+]
+BodyTimeout = Annotated[
+    float, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Time a client has to send its body (408).")
+]
+KeepAlive = Annotated[
+    int, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Idle keep-alive connections close after this.")
+]
+MaxConnections = Annotated[
+    int, typer.Option(metavar="N", rich_help_panel=SERVER, help="Open connections before new ones get 503.")
+]
+ParseWorkers = Annotated[
+    int, typer.Option(metavar="N", rich_help_panel=SERVER, help="Bodies parsed at once, each in a thread.")
+]
+AllowedHosts = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allowed-host",
+        metavar="NAME",
+        rich_help_panel=SERVER,
+        help="Also answer this Host name when bound to loopback (a proxy's; repeatable).",
+    ),
+]
 LogFormatFlag = Annotated[
     LogFormat, typer.Option(rich_help_panel=SERVER, help="text for people, json (one object a line) for log shippers.")
 ]
@@ -205,6 +229,7 @@ MaxQuestions = Annotated[int, _limit("N", "Most questions in one request.")]
 MaxOptions = Annotated[int, _limit("N", "Most options in one choice question.")]
 MaxLevels = Annotated[int, _limit("N", "Most levels in one score question.")]
 MaxDepth = Annotated[int, _limit("N", "Deepest nesting of arrays and objects in a body.")]
+MaxItems = Annotated[int, _limit("N", "Most JSON items (arrays, objects and their entries) in a body.")]
 MaxImages = Annotated[int, _limit("N", "Most images in one request.")]
 MaxImageBytes = Annotated[int, _limit("BYTES", "Largest image file.")]
 MaxImagePixels = Annotated[int, _limit("N", "Most pixels (width x height) in one image.")]
@@ -309,6 +334,12 @@ class ServerFlags:
     log_level: LogLevel = DEFAULT_LOG_LEVEL
     log_format: LogFormatFlag = ServerSettings.log_format
     log_payloads: LogPayloads = ServerSettings.log_payloads
+    header_timeout: HeaderTimeout = ServerSettings.header_timeout_s
+    body_timeout: BodyTimeout = ServerSettings.body_timeout_s
+    keep_alive: KeepAlive = ServerSettings.keep_alive_s
+    max_connections: MaxConnections = ServerSettings.max_connections
+    parse_workers: ParseWorkers = ServerSettings.parse_workers
+    allowed_host: AllowedHosts = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +351,7 @@ class LimitFlags:
     max_options: MaxOptions = ServerSettings.max_options
     max_levels: MaxLevels = ServerSettings.max_levels
     max_json_depth: MaxDepth = ServerSettings.max_json_depth
+    max_json_items: MaxItems = ServerSettings.max_json_items
     max_images: MaxImages = ImageLimits.max_images
     max_image_bytes: MaxImageBytes = ImageLimits.max_bytes
     max_image_pixels: MaxImagePixels = ImageLimits.max_pixels
@@ -340,8 +372,15 @@ def _server_settings(server: ServerFlags, limits: LimitFlags) -> ServerSettings:
         max_options=limits.max_options,
         max_levels=limits.max_levels,
         max_json_depth=limits.max_json_depth,
+        max_json_items=limits.max_json_items,
         images=ImageLimits(limits.max_images, limits.max_image_bytes, limits.max_image_pixels),
         shutdown_timeout_s=server.shutdown_timeout,
+        header_timeout_s=server.header_timeout,
+        body_timeout_s=server.body_timeout,
+        keep_alive_s=server.keep_alive,
+        max_connections=server.max_connections,
+        parse_workers=server.parse_workers,
+        allowed_hosts=tuple(server.allowed_host or ()),
     )
 
 
@@ -365,7 +404,7 @@ def _run(decider: Decider, server: ServerSettings, log_level: str) -> None:
     import uvicorn
 
     from canvasread.server.app import create_app
-    from canvasread.server.logs import logging_config
+    from canvasread.server.run import uvicorn_config
 
     names = ", ".join(served.card.name for served in decider.served)
     console.print(f"canvasread {__version__} on http://{server.host}:{server.port} serving {names}")
@@ -373,12 +412,4 @@ def _run(decider: Decider, server: ServerSettings, log_level: str) -> None:
         console.print(f"API keys required ({len(server.api_keys)} configured)")
     elif server.host not in LOOPBACK:
         warn(f"no API keys: anyone who can reach {server.host}:{server.port} can use it")
-    uvicorn.run(
-        create_app(decider, server),
-        host=server.host,
-        port=server.port,
-        log_level=log_level,
-        log_config=logging_config(server.log_format, log_level),
-        access_log=False,
-        timeout_graceful_shutdown=server.shutdown_timeout_s,
-    )
+    uvicorn.Server(uvicorn_config(create_app(decider, server), server, log_level=log_level)).run()

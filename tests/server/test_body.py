@@ -11,7 +11,11 @@ import pytest
 import zstandard
 
 from canvasread.errors import BadRequest, InvalidRequest, PayloadTooLarge
-from canvasread.server.body import decode_content, parse_body, parse_json, read_limited
+from canvasread.server.body import decode_content, parse_body, read_limited
+from canvasread.server.strictjson import parse_json
+from canvasread.settings import ServerSettings
+
+SETTINGS = ServerSettings()
 
 PAYLOAD = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}}
 RAW = json.dumps(PAYLOAD).encode()
@@ -29,9 +33,9 @@ def test_read_limited_stops_past_the_limit() -> None:
         for _ in range(count):
             yield b"x" * 10
 
-    assert asyncio.run(read_limited(chunks(3), 30)) == b"x" * 30
+    assert asyncio.run(read_limited(chunks(3), 30, 10.0)) == b"x" * 30
     with pytest.raises(PayloadTooLarge):
-        asyncio.run(read_limited(chunks(4), 30))
+        asyncio.run(read_limited(chunks(4), 30, 10.0))
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "gzip", "x-gzip", " ZSTD ", "identity", ""])
@@ -60,39 +64,39 @@ def test_unknown_or_broken_encodings_are_bad_requests() -> None:
 
 
 def test_json_is_strict() -> None:
-    assert parse_json(RAW) == PAYLOAD
-    assert parse_json(b"\xef\xbb\xbf" + RAW) == PAYLOAD  # a UTF-8 byte order mark is tolerated
+    assert parse_json(RAW, 64, 1_000_000) == PAYLOAD
+    assert parse_json(b"\xef\xbb\xbf" + RAW, 64, 1_000_000) == PAYLOAD  # a UTF-8 byte order mark is tolerated
     for broken in (b'{"state": NaN}', b'{"state": Infinity}', b"{", b'{"s": "\xff"}'):
         with pytest.raises(InvalidRequest) as caught:
-            parse_json(broken)
+            parse_json(broken, 64, 1_000_000)
         assert caught.value.problems[0].type == "json_invalid"
 
 
 def test_nesting_is_measured_before_parsing() -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse_json(b"[" * 10 + b"]" * 10, max_depth=5)
+        parse_json(b"[" * 10 + b"]" * 10, 5, 1_000_000)
     assert caught.value.problems[0].type == "json_too_deep"
-    assert parse_json(b'["[[[[[[[[[["]', max_depth=5) == ["[[[[[[[[[["]  # brackets inside strings do not count
+    assert parse_json(b'["[[[[[[[[[["]', 5, 1_000_000) == ["[[[[[[[[[["]  # brackets inside strings do not count
 
 
 def test_json_bodies_pass_through_whatever_the_content_type_says() -> None:
-    assert parse_body(RAW, "application/json").payload == PAYLOAD
-    assert parse_body(RAW, "").parts == {}
+    assert parse_body(RAW, "application/json", SETTINGS).payload == PAYLOAD
+    assert parse_body(RAW, "", SETTINGS).parts == {}
 
 
 def test_multipart_splits_the_request_part_from_the_assets() -> None:
     data = multipart("b0und", ("request", RAW), ("asset-0", b"\x89PNG..."))
-    body = parse_body(data, "multipart/form-data; boundary=b0und")
+    body = parse_body(data, "multipart/form-data; boundary=b0und", SETTINGS)
     assert body.payload == PAYLOAD and body.parts == {"asset-0": b"\x89PNG..."}
 
 
 def test_multipart_mistakes_name_the_part() -> None:
     content_type = "multipart/form-data; boundary=b0und"
     with pytest.raises(InvalidRequest) as missing:
-        parse_body(multipart("b0und", ("asset-0", b"x")), content_type)
+        parse_body(multipart("b0und", ("asset-0", b"x")), content_type, SETTINGS)
     assert missing.value.problems[0].loc == ("body", "request")
     with pytest.raises(InvalidRequest) as twice:
-        parse_body(multipart("b0und", ("request", RAW), ("asset-0", b"x"), ("asset-0", b"y")), content_type)
+        parse_body(multipart("b0und", ("request", RAW), ("asset-0", b"x"), ("asset-0", b"y")), content_type, SETTINGS)
     assert twice.value.problems[0].loc == ("body", "asset-0")
     with pytest.raises(BadRequest, match="boundary"):
-        parse_body(RAW, "multipart/form-data")
+        parse_body(RAW, "multipart/form-data", SETTINGS)

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from canvasread_cli import assert_one_line_error, canvasread
+from helpers import assert_one_line_error, canvasread
 
 
 def test_ask_with_flags_prints_a_table() -> None:

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from canvasread_cli import assert_one_line_error, canvasread
-from helpers import serve_cli
+from helpers import assert_one_line_error, canvasread, serve_cli
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from canvasread_cli import assert_one_line_error, canvasread
+from helpers import assert_one_line_error, canvasread
 
 from canvasread.backends.sparrow import SparrowBackend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from canvasread_cli import canvasread
+from helpers import canvasread
 
 COMMANDS = ("serve", "ask", "models", "eval", "calibrate", "banking77", "bench", "version")
 # Option values show a metavar such as MODEL or N. typer itself marks flags `<bool>` (its own --help too) and

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from canvasread_cli import canvasread
+from helpers import canvasread
 
 
 def test_each_description_is_shown_once(sparrow_server: str) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from canvasread_cli import assert_one_line_error, canvasread
-from helpers import free_port, serve_cli, wait_until
+from helpers import assert_one_line_error, canvasread, free_port, serve_cli, wait_until
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,51 +38,53 @@ def canvas_backend_for_checkpoint(
         capabilities=Capabilities(images=not naive and _may_see_images(spec), max_options=255, max_levels=10),
     )
 
-    def load() -> CanvasRuntime:
-        from canvasread.canvas.engine.loader import load_checkpoint
-        from canvasread.canvas.engine.naive import NaiveReader
-        from canvasread.canvas.engine.reader import InProcessReader
-        from canvasread.canvas.engine.runner import FusedRunner
-        from canvasread.canvas.tokenizer import HFTokenizer
+    return CanvasBackend(card, functools.partial(load_runtime, spec, settings, naive=naive), reading)
 
-        loaded = load_checkpoint(
-            spec,
-            device=settings.device,
-            dtype=settings.dtype,
-            experts=settings.experts,
-            random_init_std=settings.random_init_std,
-        )
-        config = loaded.model.config
-        reader: Reader
-        images = None
-        if naive:
-            reader = NaiveReader(loaded.model)
-        else:
-            on_cuda = next(loaded.model.parameters()).device.type == "cuda"
-            runner = FusedRunner(
-                loaded.model,
-                cuda_graphs=settings.cuda_graphs,
-                image_processor=loaded.image_processor,
-                compile="inductor" if settings.compile and on_cuda else None,
-                fp8_experts=settings.fp8_experts,
-            )
-            if on_cuda:
-                runner.warm_up()
-            reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
-            if loaded.image_processor is not None:
-                ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
-                images = ImageTokens(*ids, runner.image_token_count)
-        return CanvasRuntime(
-            reader=reader,
-            tokenizer=HFTokenizer(loaded.tokenizer),
-            canvas_length=int(config.canvas_length),
-            max_positions=int(config.text_config.max_position_embeddings),
-            # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
-            fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
-            images=images,
-        )
 
-    return CanvasBackend(card, load, reading)
+def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasRuntime:
+    """Load the checkpoint and build its reader: the fused engine, or plain forwards for the naive baseline."""
+    from canvasread.canvas.engine.loader import load_checkpoint
+    from canvasread.canvas.engine.naive import NaiveReader
+    from canvasread.canvas.engine.reader import InProcessReader
+    from canvasread.canvas.engine.runner import FusedRunner
+    from canvasread.canvas.tokenizer import HFTokenizer
+
+    loaded = load_checkpoint(
+        spec,
+        device=settings.device,
+        dtype=settings.dtype,
+        experts=settings.experts,
+        random_init_std=settings.random_init_std,
+    )
+    config = loaded.model.config
+    reader: Reader
+    images = None
+    if naive:
+        reader = NaiveReader(loaded.model)
+    else:
+        on_cuda = next(loaded.model.parameters()).device.type == "cuda"
+        runner = FusedRunner(
+            loaded.model,
+            cuda_graphs=settings.cuda_graphs,
+            image_processor=loaded.image_processor,
+            compile="inductor" if settings.compile and on_cuda else None,
+            fp8_experts=settings.fp8_experts,
+        )
+        if on_cuda:
+            runner.warm_up()
+        reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
+        if loaded.image_processor is not None:
+            ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
+            images = ImageTokens(*ids, runner.image_token_count)
+    return CanvasRuntime(
+        reader=reader,
+        tokenizer=HFTokenizer(loaded.tokenizer),
+        canvas_length=int(config.canvas_length),
+        max_positions=int(config.text_config.max_position_embeddings),
+        # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
+        fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
+        images=images,
+    )
 
 
 def checkpoint_backends(spec: str, settings: EngineSettings = EngineSettings()) -> list[AnyBackend]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
+from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import Decider, DeciderSettings
 from canvasread.errors import MissingExtra, ModelNotFound, NotReady
@@ -42,12 +43,15 @@ def _check_local_checkpoint(spec: str) -> None:
         raise ModelNotFound(f"{spec} has no config.json: it is not a DiffusionGemma checkpoint folder")
 
 
-def backends_for(spec: str, engine: EngineSettings = EngineSettings()) -> list[AnyBackend]:
+def backends_for(
+    spec: str, engine: EngineSettings = EngineSettings(), reading: ReadSettings = ReadSettings()
+) -> list[AnyBackend]:
     """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id.
 
     What can be known without loading is checked here, so `serve` refuses a model
     that can never load before it binds: an unknown sparrow name, a missing
     folder, a missing extra. A slow but valid load happens behind the open port.
+    `reading` (the read layout, re-read rule) applies to the canvas backends; sparrow models read no canvases.
     """
     if is_sparrow_model(spec):
         return [_sparrow(spec)]
@@ -57,16 +61,16 @@ def backends_for(spec: str, engine: EngineSettings = EngineSettings()) -> list[A
         raise MissingExtra(f"serving {spec!r} needs {' and '.join(missing)}: pip install 'canvasread[diffusion]'")
     from canvasread.canvas.engine.factory import checkpoint_backends
 
-    return checkpoint_backends(spec, engine)
+    return checkpoint_backends(spec, engine, reading)
 
 
-def upstream_backends(settings: UpstreamSettings) -> list[AnyBackend]:
+def upstream_backends(settings: UpstreamSettings, reading: ReadSettings = ReadSettings()) -> list[AnyBackend]:
     """DiffusionGemma served by vLLM, read through its OpenAI-compatible API (needs only the tokenizer here)."""
     if importlib.util.find_spec("transformers") is None:
         raise MissingExtra("reading through vLLM needs the model's tokenizer: pip install 'canvasread[upstream]'")
     from canvasread.canvas.vllm.factory import canvas_backend_for_upstream
 
-    return [canvas_backend_for_upstream(settings)]
+    return [canvas_backend_for_upstream(settings, reading)]
 
 
 def open_decider(
@@ -76,13 +80,15 @@ def open_decider(
     *,
     load: bool = True,
     upstream: UpstreamSettings | None = None,
+    reading: ReadSettings = ReadSettings(),
 ) -> Decider:
     """Build a `Decider` for the given models (the first is the default) and, by default, load them now.
 
     With `upstream`, the vLLM-served model comes first (the default), before `models`.
     """
-    served = upstream_backends(upstream) if upstream is not None else []
-    decider = Decider([*served, *(backend for spec in models for backend in backends_for(spec, engine))], settings)
+    served = upstream_backends(upstream, reading) if upstream is not None else []
+    backends = [backend for spec in models for backend in backends_for(spec, engine, reading)]
+    decider = Decider([*served, *backends], settings)
     if load:
         decider.load()
         if not decider.ready:

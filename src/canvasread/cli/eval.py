@@ -20,6 +20,7 @@ from canvasread.cli.options import (
     RemoteUrl,
     command_line,
 )
+from canvasread.eval.compare import DEFAULT_RESAMPLES, Configuration
 from canvasread.eval.pipeline import RunOptions
 
 HEADLINE = ("accuracy", "ece", "brier", "log_loss", "latency_p50_ms", "latency_p95_ms", "abstentions", "errors")
@@ -36,7 +37,16 @@ OrderCheck = Annotated[
 MinConfidence = Annotated[
     float | None, typer.Option(metavar="P", help="Set min_confidence on questions that lack it; count abstentions.")
 ]
-Seed = Annotated[int, typer.Option(metavar="N", help="Seed of the order check's shuffles.")]
+Seed = Annotated[int, typer.Option(metavar="N", help="Seed of the order check's shuffles and of the bootstrap.")]
+Compare = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="CONFIG",
+        help="Give twice: compare two configurations, each MODEL, MODEL@LAYOUT (in process) or a server URL; "
+        "reports B − A in accuracy, ECE and log loss with paired bootstrap intervals.",
+    ),
+]
+Resamples = Annotated[int, typer.Option(metavar="N", help="With --compare: bootstrap resamples.")]
 
 
 def print_report(report: dict[str, Any], written: tuple[Path, ...]) -> None:
@@ -61,10 +71,38 @@ def eval_command(
     concurrency: Concurrency = RunOptions.concurrency,
     limit: Limit = RunOptions.limit,
     seed: Seed = RunOptions.seed,
+    compare: Compare = None,
+    resamples: Resamples = DEFAULT_RESAMPLES,
 ) -> None:
     """Score a model on labelled decisions: accuracy, ECE, Brier, log loss, latency, order stability."""
     from canvasread.eval.pipeline import evaluate
 
     options = RunOptions(data, model, url, api_key, order, concurrency, limit, seed, command_line())
+    if compare is not None:
+        _compare(options, compare, out, resamples)
+        return
     done = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
     print_report(done.report, done.written)
+
+
+def _compare(options: RunOptions, configurations: list[str], out: Path, resamples: int) -> None:
+    """`eval --compare A --compare B`: run both, print the paired differences, write compare.json and compare.md."""
+    from canvasread.eval.pipeline import compare
+
+    if len(configurations) != 2 or options.url is not None:
+        raise ValueError("--compare takes exactly two configurations (give server URLs as configurations, not --url)")
+    first, second = (Configuration.parse(text, options.model) for text in configurations)
+    report = compare(options, (first, second), out, resamples=resamples)
+    title = f"A = {first.label}, B = {second.label}"
+    table = Table("metric", "A", "B", "B − A", "95% interval", "verdict", title=title)
+    for name, entry in report["differences"].items():
+        table.add_row(
+            name,
+            f"{report['a']['metrics'][name]:.4f}",
+            f"{report['b']['metrics'][name]:.4f}",
+            f"{entry['b_minus_a']:+.4f}",
+            f"[{entry['ci_low']:+.4f}, {entry['ci_high']:+.4f}]",
+            entry["verdict"],
+        )
+    console.print(table)
+    console.print(f"{report['paired']} paired decisions; wrote {out / 'compare.json'} and {out / 'compare.md'}")

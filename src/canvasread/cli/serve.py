@@ -51,7 +51,12 @@ def serve(
     upstream_settings = upstream.settings()
     settings = batching.settings(models.aliases())
     decider = open_decider(
-        models.specs(upstream_settings), settings, models.engine(), load=False, upstream=upstream_settings
+        models.specs(upstream_settings),
+        settings,
+        models.engine(),
+        load=False,
+        upstream=upstream_settings,
+        reading=models.reading(),
     )
     for path in models.calibration or []:
         decider.use_calibration(Calibration.load(path))

@@ -10,7 +10,9 @@ import typer
 
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.batching import BatchSettings
+from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.layouts import DEFAULT_LAYOUT, LAYOUTS, layout_named
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.decide import DeciderSettings
 from canvasread.settings import ImageLimits, LogFormat, ServerSettings
@@ -119,6 +121,24 @@ UpstreamTimeout = Annotated[
 ]
 UpstreamConcurrency = Annotated[
     int, typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="Upstream calls in flight.")
+]
+UpstreamApiKey = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KEY",
+        envvar="CANVASREAD_UPSTREAM_API_KEY",
+        show_default=False,
+        rich_help_panel=UPSTREAM,
+        help="vLLM's --api-key, sent as a Bearer token on every upstream call (never logged).",
+    ),
+]
+Layout = Annotated[
+    str,
+    typer.Option(
+        metavar="NAME",
+        rich_help_panel=MODELS,
+        help=f"Read layout of DiffusionGemma canvases: {', '.join(LAYOUTS)} (settle with eval --compare).",
+    ),
 ]
 MaxBatch = Annotated[int, typer.Option(metavar="N", rich_help_panel=BATCHING, help="Most requests read in one batch.")]
 MaxWait = Annotated[
@@ -240,6 +260,7 @@ class ModelFlags:
     gpus: Gpus = EngineSettings.gpus
     compile: Compile = EngineSettings.compile
     fp8_experts: Fp8Experts = EngineSettings.fp8_experts
+    layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
 
     def specs(self, upstream: UpstreamSettings | None) -> tuple[str, ...]:
@@ -268,6 +289,9 @@ class ModelFlags:
             fp8_experts=self.fp8_experts,
         )
 
+    def reading(self) -> ReadSettings:
+        return ReadSettings(layout=layout_named(self.layout))
+
 
 @dataclass(frozen=True)
 class UpstreamFlags:
@@ -280,6 +304,7 @@ class UpstreamFlags:
     upstream_max_model_len: MaxModelLen = UpstreamSettings.max_model_len
     upstream_timeout: UpstreamTimeout = UpstreamSettings.timeout_s
     upstream_concurrency: UpstreamConcurrency = UpstreamSettings.concurrency
+    upstream_api_key: UpstreamApiKey = None
 
     def settings(self) -> UpstreamSettings | None:
         """None without --upstream (the other flags of the group are then unused)."""
@@ -293,6 +318,7 @@ class UpstreamFlags:
             max_model_len=self.upstream_max_model_len,
             timeout_s=self.upstream_timeout,
             concurrency=self.upstream_concurrency,
+            api_key=self.upstream_api_key,
         )
 
 

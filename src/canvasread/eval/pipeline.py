@@ -1,4 +1,4 @@
-"""What `canvasread eval` and `canvasread calibrate` do, without the flags: load, ask, score, write.
+"""What `canvasread eval` (and `eval --compare`) and `canvasread calibrate` do, without the flags.
 
 The CLI only turns flags into the option objects below, so the same runs can
 be scripted from Python.
@@ -18,10 +18,20 @@ from rich.markup import escape
 from canvasread.backends.base import HasFingerprint
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.calibration import Calibration
+from canvasread.canvas.backend import ReadSettings
+from canvasread.canvas.layouts import layout_named
 from canvasread.catalog import open_decider
 from canvasread.decide import DEFAULT_ALIASES, Decider
 from canvasread.errors import CalibrationMismatch
 from canvasread.eval.calibrate import fit_calibration
+from canvasread.eval.compare import (
+    DEFAULT_RESAMPLES,
+    METRICS,
+    Configuration,
+    paired_differences,
+    verdict,
+    write_comparison,
+)
 from canvasread.eval.dataset import EvalItem, load_items
 from canvasread.eval.plots import PLOT_NEEDS, can_plot, reliability_diagram
 from canvasread.eval.report import build_report, write_report
@@ -51,9 +61,15 @@ def file_sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _local_decider(model: str, calibration: Path | None = None) -> Decider:
-    """The model in process (`default` is the embedded one), with a calibration file applied if given."""
-    decider = open_decider((DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model,))
+def _local_decider(model: str, calibration: Path | None = None, layout: str | None = None) -> Decider:
+    """The model in process (`default` is the embedded one) read with `layout`, a calibration applied if given."""
+    spec = DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model
+    reading = ReadSettings()
+    if layout is not None:
+        if spec.startswith("sparrow-"):
+            raise ValueError(f"{model!r} reads no canvas, so it has no read layout; give a DiffusionGemma checkpoint")
+        reading = ReadSettings(layout=layout_named(layout))
+    decider = open_decider((spec,), reading=reading)
     if calibration is not None:
         decider.use_calibration(Calibration.load(calibration))
     return decider
@@ -157,3 +173,51 @@ def calibrate(
     out.parent.mkdir(parents=True, exist_ok=True)
     calibration.save(out)
     return calibration
+
+
+def compare(
+    options: RunOptions,
+    configurations: tuple[Configuration, Configuration],
+    out: Path,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Ask every decision of both configurations, then write compare.json and compare.md; returns the report.
+
+    Differences are B − A on the decisions both answered, with paired bootstrap intervals (`eval.compare`).
+    """
+    console = console or Console(stderr=True)
+    items = load_items(options.data, options.limit)
+    sides = []
+    for configuration in configurations:
+        side = replace(options, model=configuration.model, url=configuration.url)
+        decider = None if configuration.url else _local_decider(configuration.model, layout=configuration.layout)
+        result = asyncio.run(_ask_all(items, side, decider, False, console))
+        sides.append({o.item.id: o for o in result.outcomes})
+    paired = [item for item in items if all(item.id in side for side in sides)]
+    if not paired:
+        raise ValueError("no decision was answered by both configurations")
+    answers = [[side[item.id].probabilities for item in paired] for side in sides]
+    expected = [item.expected_index for item in paired]
+    differences = paired_differences(answers[0], answers[1], expected, resamples=resamples, seed=options.seed)
+    report: dict[str, Any] = {
+        "run": _run_record(options, items),
+        "decisions": len(items),
+        "paired": len(paired),
+        "resamples": resamples,
+        **{
+            key: {
+                "label": configuration.label,
+                "answered": len(side),
+                "metrics": {name: metric(distributions, expected) for name, metric in METRICS.items()},
+            }
+            for key, configuration, side, distributions in zip("ab", configurations, sides, answers, strict=True)
+        },
+        "differences": {
+            name: {**difference.as_json(), "verdict": verdict(name, difference)}
+            for name, difference in differences.items()
+        },
+    }
+    write_comparison(report, out)
+    return report

@@ -10,12 +10,14 @@ from typing import Any
 import httpx
 import pytest
 from helpers import serve_app
+from typer.main import get_command
 from vllm_standin import LOGPROB_FLOOR, load_standin, running
 
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.pool import UpstreamUnavailable
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
+from canvasread.cli import app as cli_app
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.settings import ServerSettings
@@ -171,3 +173,12 @@ def test_every_upstream_full_is_a_529_with_a_retry_hint(tiny_wide_checkpoint: Pa
     assert int(reply.headers["retry-after-ms"]) >= 1 and "Retry-After" in reply.headers
     assert ready.status_code == 200, "a full upstream is still up"
     assert len(full.requests) == 4, "one try and three backoff rounds"
+
+
+def test_the_upstream_key_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    serve = get_command(cli_app).commands["serve"]  # type: ignore[attr-defined]
+    flagged = serve.make_context("serve", ["--upstream", "http://vllm:8000", "--upstream-api-key", KEY]).params
+    monkeypatch.setenv("CANVASREAD_UPSTREAM_API_KEY", KEY)
+    from_env = serve.make_context("serve", ["--upstream", "http://vllm:8000"]).params
+    assert flagged["upstream_api_key"] == from_env["upstream_api_key"] == KEY
+    assert KEY not in serve.get_help(serve.make_context("serve", []))

@@ -87,19 +87,21 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
     )
 
 
-def checkpoint_backends(spec: str, settings: EngineSettings = EngineSettings()) -> list[AnyBackend]:
+def checkpoint_backends(
+    spec: str, settings: EngineSettings = EngineSettings(), reading: ReadSettings = ReadSettings()
+) -> list[AnyBackend]:
     """The backends that serve one checkpoint: one replica per GPU, plus `<model>-naive` when asked for."""
     backends: list[AnyBackend]
     if settings.gpus > 1:
         replicas = [
-            canvas_backend_for_checkpoint(spec, replace(settings, device=f"cuda:{index}"))
+            canvas_backend_for_checkpoint(spec, replace(settings, device=f"cuda:{index}"), reading)
             for index in range(settings.gpus)
         ]
         backends = [ReplicaSet(replicas)]
     else:
-        backends = [canvas_backend_for_checkpoint(spec, settings)]
+        backends = [canvas_backend_for_checkpoint(spec, settings, reading)]
     if settings.naive_baseline:
-        backends.append(canvas_backend_for_checkpoint(spec, settings, naive=True))
+        backends.append(canvas_backend_for_checkpoint(spec, settings, reading, naive=True))
     return backends
 
 

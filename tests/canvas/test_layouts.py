@@ -47,3 +47,48 @@ def test_serve_refuses_an_unknown_layout_in_one_line() -> None:
     result = CliRunner().invoke(app, ["serve", "--layout", "sideways"])
     assert result.exit_code == 1
     assert "unknown read layout 'sideways'" in result.output and "default" in result.output
+
+
+def test_both_label_forms_score_each_label_by_its_better_form(tiny_checkpoint: Path) -> None:
+    """vLLM 0.33's whitespace rule: a label scores max(lp(" X"), lp("X")) and both forms count in the mass."""
+    import math
+
+    import torch
+
+    from canvasread.canvas.plan import noisy_canvas
+    from canvasread.wire import parse_request
+
+    decider = open_decider((str(tiny_checkpoint),), reading=ReadSettings(layout=layout_named("both-label-forms")))
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend) and backend._runtime is not None
+    runtime = backend._runtime
+    questions = {
+        **QUESTIONS,
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"a": None, "b": None}},
+    }
+    job = backend.prepare(
+        parse_request({"model": "m", "state": "charged twice", "questions": questions, "seed": 3, "samples": 1})[1]
+    )
+    [result] = backend.decide([job])
+    [canvas] = job.plan.canvases
+    ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=3, read=0)
+    model = runtime.reader.runner.model  # type: ignore[attr-defined]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([job.plan.prompt_ids]), decoder_input_ids=torch.tensor([ids])).logits
+    logprobs = torch.log_softmax(logits[0].float(), dim=-1)
+    for planned, distribution in zip(job.plan.questions, result.distributions, strict=True):
+        [slot] = planned.slots
+        assert any(i >= 0 for i in slot.other_ids), "the labels have a second form to read"
+        for label, token, other in zip(slot.labels, slot.label_ids, slot.other_ids, strict=True):
+            if other >= 0:
+                forms = {runtime.tokenizer.decode([token]), runtime.tokenizer.decode([other])}
+                assert forms == {label, f" {label}"}
+        row = logprobs[slot.position]
+        scores = [
+            max(row[t].item(), row[o].item() if o >= 0 else -math.inf)
+            for t, o in zip(slot.label_ids, slot.other_ids, strict=True)
+        ]
+        total = sum(math.exp(s) for s in scores)
+        assert distribution.probabilities == pytest.approx([math.exp(s) / total for s in scores], abs=1e-5)
+        mass = sum(math.exp(row[i].item()) for i in slot.read_ids)
+        assert distribution.details["label_mass"] == pytest.approx(mass, rel=1e-4)

@@ -183,16 +183,16 @@ class CanvasBackend:
         for (j, c, _), slots in zip(wanted, runtime.reader.read(reads), strict=True):
             results = iter(slots)
             for q in jobs[j].plan.canvases[c].questions:
-                for s in range(len(jobs[j].plan.questions[q].slots)):
+                for s, slot in enumerate(jobs[j].plan.questions[q].slots):
                     logprobs = next(results)
                     if only is None or (j, q) in only:
-                        readings[j][q][s].append(slot_reading(logprobs.label_logprobs))
+                        readings[j][q][s].append(slot_reading(*slot.split(logprobs.label_logprobs)))
 
     @staticmethod
     def _canvas_read(job: CanvasJob, canvas: PlannedCanvas, read: int, vocab_size: int) -> CanvasRead:
         questions = job.plan.questions
         ids = noisy_canvas(canvas, questions, vocab_size=vocab_size, seed=job.seed, read=read)
-        slots = tuple(Slot(slot.position, slot.label_ids) for q in canvas.questions for slot in questions[q].slots)
+        slots = tuple(Slot(slot.position, slot.read_ids) for q in canvas.questions for slot in questions[q].slots)
         return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
 
     def _result(self, job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:

@@ -66,9 +66,40 @@ class SlotSpec:
 
 @dataclass(frozen=True)
 class VerifiedSlot:
+    """A slot's canvas position and label token ids; `other_ids[i]` is label i's other whitespace form, if read.
+
+    The other form of a label is its token with a leading space where the
+    canvas has none, or without one where it has (`" A"` / `"A"`), when that is
+    a single token of its own; -1 where it is not.
+    """
+
     position: int
     labels: tuple[str, ...]
     label_ids: tuple[int, ...]
+    other_ids: tuple[int, ...] = ()
+
+    @property
+    def read_ids(self) -> tuple[int, ...]:
+        """The ids whose logprobs a read needs: the labels, then the other forms that exist."""
+        return self.label_ids + tuple(i for i in self.other_ids if i >= 0)
+
+    def split(self, logprobs: Sequence[float]) -> tuple[Sequence[float], list[float | None]]:
+        """`logprobs` of `read_ids` as (the labels', each label's other form's or None)."""
+        others = iter(logprobs[len(self.label_ids) :])
+        return logprobs[: len(self.label_ids)], [next(others) if i >= 0 else None for i in self.other_ids]
+
+
+def other_forms(tokenizer: Tokenizer, slot: VerifiedSlot) -> VerifiedSlot:
+    """`slot` with `other_ids` filled: each label's other whitespace form, when it is one token of its own."""
+    taken = set(slot.label_ids)
+    others = []
+    for label, token in zip(slot.labels, slot.label_ids, strict=True):
+        spaced = tokenizer.decode([token]).startswith(" ")
+        ids = tokenizer.encode(label if spaced else f" {label}")
+        single = len(ids) == 1 and ids[0] not in taken and tokenizer.decode(ids).strip() == label
+        others.append(ids[0] if single else -1)
+        taken.update(ids[:1] if single else [])
+    return VerifiedSlot(slot.position, slot.labels, slot.label_ids, tuple(others))
 
 
 def _render(text: str, slots: Sequence[SlotSpec], chosen: Sequence[str]) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 ThoughtPlacement = Literal["prompt", "canvas"]
+LabelForms = Literal["exact", "both"]
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,21 @@ class ReadLayout:
       generation prompt and vLLM 0.33's own DiffusionGemma reader put it (its
       comment: "far worse results otherwise"); "canvas": the first canvas
       tokens, as canvasread did before.
+    - `label_forms`: "exact" (default) reads each label as the one token the
+      canvas holds; "both" also reads its other whitespace form (`" A"` and
+      `"A"`), scores the label as the larger of the two and counts both in the
+      label mass, as vLLM 0.33's reader does.
     """
 
     name: str
     thought: ThoughtPlacement = "prompt"
+    label_forms: LabelForms = "exact"
 
     def __post_init__(self) -> None:
         if self.thought not in ("prompt", "canvas"):
             raise ValueError(f"thought placement {self.thought!r} is neither 'prompt' nor 'canvas'")
+        if self.label_forms not in ("exact", "both"):
+            raise ValueError(f"label forms {self.label_forms!r} are neither 'exact' nor 'both'")
 
     def describe(self) -> dict[str, str]:
         """The layout as reported in diagnostics and hashed into calibration fingerprints."""
@@ -46,6 +54,7 @@ LAYOUTS: dict[str, ReadLayout] = {
     for layout in (
         DEFAULT_LAYOUT,
         ReadLayout("thought-on-canvas", thought="canvas"),
+        ReadLayout("both-label-forms", label_forms="both"),
     )
 }
 

@@ -29,6 +29,7 @@ from canvasread.canvas.labels import (
     VerifiedSlot,
     choice_label_pool,
     initial_labels,
+    other_forms,
     verify_canvas,
 )
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
@@ -304,6 +305,8 @@ class Planner:
         except LabelError as error:
             culprit = questions[owners[error.slot]] if error.slot is not None else None
             raise _label_problem(culprit, error) from None
+        if self.read_layout.label_forms == "both":
+            verified = [other_forms(self.tokenizer, slot) for slot in verified]
         per_question = [tuple(v for v, owner in zip(verified, owners, strict=True) if owner == q) for q in group]
         for q_index, question_slots in zip(group, per_question, strict=True):
             labels[q_index] = list(question_slots[0].labels)

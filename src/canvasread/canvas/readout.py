@@ -24,12 +24,19 @@ class SlotReading:
     label_mass: float
 
 
-def slot_reading(label_logprobs: Sequence[float]) -> SlotReading:
-    """Renormalise label log-probabilities, stably (shift by the max before exponentiating)."""
-    top = max(label_logprobs)
-    weights = [math.exp(lp - top) for lp in label_logprobs]
+def slot_reading(label_logprobs: Sequence[float], other_forms: Sequence[float | None] = ()) -> SlotReading:
+    """Renormalise label log-probabilities, stably (shift by the max before exponentiating).
+
+    With `other_forms` (a label's other whitespace form, None where it has none) a label scores the larger of
+    its two forms and both count towards the label mass, as vLLM 0.33's DiffusionGemma reader does.
+    """
+    others = [*other_forms, *([None] * (len(label_logprobs) - len(other_forms)))]
+    scores = [lp if other is None else max(lp, other) for lp, other in zip(label_logprobs, others, strict=True)]
+    top = max(scores)
+    weights = [math.exp(lp - top) for lp in scores]
     total = sum(weights)
-    mass = math.exp(top) * total
+    everything = [*label_logprobs, *(other for other in other_forms if other is not None)]
+    mass = sum(math.exp(lp) for lp in everything)
     return SlotReading(tuple(w / total for w in weights), min(1.0, mass))
 
 

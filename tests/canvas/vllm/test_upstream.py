@@ -13,6 +13,8 @@ from helpers import serve_app
 from typer.main import get_command
 from vllm_standin import LOGPROB_FLOOR, load_standin, running
 
+from canvasread.canvas.backend import ReadSettings
+from canvasread.canvas.layouts import layout_named
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.pool import UpstreamUnavailable
 from canvasread.canvas.vllm.settings import UpstreamSettings
@@ -182,3 +184,23 @@ def test_the_upstream_key_comes_from_the_flag_or_the_environment(monkeypatch: py
     from_env = serve.make_context("serve", ["--upstream", "http://vllm:8000"]).params
     assert flagged["upstream_api_key"] == from_env["upstream_api_key"] == KEY
     assert KEY not in serve.get_help(serve.make_context("serve", []))
+
+
+@pytest.mark.parametrize("layout", ["thought-on-canvas", "both-label-forms"])
+def test_every_layout_reads_the_same_through_vllm_and_in_process(tiny_wide_checkpoint: Path, layout: str) -> None:
+    reading = ReadSettings(layout=layout_named(layout))
+    local = open_decider((str(tiny_wide_checkpoint),), reading=reading)
+    with running(load_standin(str(tiny_wide_checkpoint), served_name="dgemma")) as base:
+        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
+        remote = open_decider((), upstream=upstream, reading=reading)
+        try:
+            got = remote.ask(STATE, QUESTIONS, seed=5, samples=1, diagnostics=True)["answers"]
+        finally:
+            backend_of(remote).close()
+    want = local.ask(STATE, QUESTIONS, seed=5, samples=1, diagnostics=True)["answers"]
+    assert got["refund"]["diagnostics"]["layout"] == layout  # type: ignore[index]
+    assert got["refund"]["noul"] == pytest.approx(want["refund"]["noul"], abs=1e-5)  # type: ignore[index]
+    assert list(got["team"]["probabilities"].values()) == pytest.approx(  # type: ignore[index]
+        list(want["team"]["probabilities"].values()),
+        abs=1e-5,  # type: ignore[index]
+    )

@@ -235,3 +235,39 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *expected: s
     for text in expected:
         assert text in lines[0], output
     return lines[0]
+
+
+def generation_path_logprobs(
+    model: Any, prompt_ids: Sequence[int], canvas_ids: Sequence[int], image_token_id: int, features: Any
+) -> Any:
+    """Log-probabilities at every canvas position from transformers' generation path with one image.
+
+    Uses the encoder masks `generate` builds (soft tokens attend to each other both ways), which a plain
+    forward drops: the reference the engine's image reads are held to.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    class Features:
+        pooler_output = features
+
+    length = len(prompt_ids)
+    soft = torch.tensor([[int(token == image_token_id) for token in prompt_ids]])
+    cache = DynamicCache(config=model.config.text_config)
+    masks = model.model.encoder.create_masks_for_generate(
+        config=model.config,
+        inputs_embeds=torch.empty(1, length, 0),
+        attention_mask=torch.ones(1, length, dtype=torch.bool),
+        cache=cache,
+        position_ids=torch.arange(length)[None],
+        mm_token_type_ids=soft,
+    )
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor([list(prompt_ids)]),
+            attention_mask=masks,
+            cache=cache,
+            decoder_input_ids=torch.tensor([list(canvas_ids)]),
+            mm_encoder_outputs={"image": Features()},
+        )
+    return torch.log_softmax(out.logits[0].float(), dim=-1)

@@ -143,8 +143,7 @@ def test_a_small_request_is_answered_while_a_huge_one_is_still_being_read() -> N
         decider.start()
         try:
             big = asyncio.create_task(decider.decide("default", huge))
-            while not backend.reading.is_set():
-                await asyncio.sleep(0.001)
+            assert await asyncio.to_thread(backend.reading.wait, 30)  # the huge request is being read
             answered = await asyncio.wait_for(decider.decide("default", small), 30)
             assert answered.answers["q"]["type"] == "noul"
             assert not big.done() and backend.batches == [["small"]]

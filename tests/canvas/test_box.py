@@ -4,16 +4,13 @@ models that cannot see images."""
 from __future__ import annotations
 
 import base64
-import io
 import math
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import torch
-from PIL import Image as PILImage
-from transformers import DynamicCache
+from helpers import generation_path_logprobs, png
 from typesafe_sdk import Box, BoxAnswer, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
 from canvasread.answers import box_confidence, box_edges, build_answer
@@ -26,10 +23,9 @@ from canvasread.types import Distribution, Question
 from canvasread.wire import parse_request
 
 
-def png(colour: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (64, 48)) -> bytes:
-    buffer = io.BytesIO()
-    PILImage.new("RGB", size, colour).save(buffer, format="PNG")
-    return buffer.getvalue()
+def red_square() -> bytes:
+    """The picture every box test asks about: a 64x48 red PNG."""
+    return png(64, 48, (200, 30, 30))
 
 
 def one_hot(index: int, size: int = 10) -> tuple[float, ...]:
@@ -64,7 +60,7 @@ def test_uniform_reads_have_no_confidence_and_swapped_edges_are_put_in_order() -
 
 def box_request(state: str = "Photo: <image:1>", images: int = 1, **extensions: Any) -> dict[str, Any]:
     assets = {
-        f"<image:{i + 1}>": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}
+        f"<image:{i + 1}>": {"type": "image", "format": "png", "data_base64": base64.b64encode(red_square()).decode()}
         for i in range(images)
     }
     return {
@@ -116,30 +112,9 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
     [canvas] = job.plan.canvases
     ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=job.seed, read=0)
 
-    class Features:
-        pooler_output = runner.image_features([png()])[0]
-
-    model, length = runner.model, len(job.plan.prompt_ids)
-    # transformers' generation path: the encoder masks `generate` builds (bidirectional within the image).
-    soft = torch.tensor([[int(t == runtime.images.token_id) for t in job.plan.prompt_ids]])  # type: ignore[union-attr]
-    cache = DynamicCache(config=model.config.text_config)
-    masks = model.model.encoder.create_masks_for_generate(
-        config=model.config,
-        inputs_embeds=torch.empty(1, length, 0),
-        attention_mask=torch.ones(1, length, dtype=torch.bool),
-        cache=cache,
-        position_ids=torch.arange(length)[None],
-        mm_token_type_ids=soft,
-    )
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor([job.plan.prompt_ids]),
-            attention_mask=masks,
-            cache=cache,
-            decoder_input_ids=torch.tensor([ids]),
-            mm_encoder_outputs={"image": Features()},
-        )
-    logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
+    image_token = runtime.images.token_id  # type: ignore[union-attr]
+    features = runner.image_features([red_square()])[0]
+    logprobs = generation_path_logprobs(runner.model, job.plan.prompt_ids, ids, image_token, features)
     slots = job.plan.questions[0].slots
     digits = [slot_reading(logprobs[s.position, list(s.label_ids)].tolist()).probabilities for s in slots]
     for got, want in zip(result.distributions[0].edges, box.edge_distributions(digits), strict=True):
@@ -148,7 +123,7 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
 
 
 def test_the_sdk_box_builder_gets_a_box_it_parses(tiny_server: str) -> None:
-    photo = Image(png())
+    photo = Image(red_square())
     with TypeSafeClient(base_url=tiny_server, api_key="local", timeout=120) as client:
         result = client.system_one(
             photo, {"square": Box(instructions="The red square"), "red": Noul(instructions="Red?")}

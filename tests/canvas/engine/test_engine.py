@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import png
-from transformers import DynamicCache
+from helpers import generation_path_logprobs, png
 
 from canvasread.canvas.backend import CanvasBackend, CanvasJob
 from canvasread.canvas.plan import noisy_canvas
@@ -246,30 +245,8 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
     [canvas] = job.plan.canvases
     ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=job.seed, read=0)
 
-    class Features:
-        pooler_output = features
-
-    length = len(job.plan.prompt_ids)
-    # transformers' generation path: the encoder masks `generate` builds, soft tokens marked as the processor does.
-    soft = torch.tensor([[int(t == runtime.images.token_id) for t in job.plan.prompt_ids]])
-    cache = DynamicCache(config=model.config.text_config)
-    masks = model.model.encoder.create_masks_for_generate(
-        config=model.config,
-        inputs_embeds=torch.empty(1, length, 0),
-        attention_mask=torch.ones(1, length, dtype=torch.bool),
-        cache=cache,
-        position_ids=torch.arange(length)[None],
-        mm_token_type_ids=soft,
-    )
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor([job.plan.prompt_ids]),
-            attention_mask=masks,
-            cache=cache,
-            decoder_input_ids=torch.tensor([ids]),
-            mm_encoder_outputs={"image": Features()},
-        )
-    logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
+    image_token = runtime.images.token_id  # type: ignore[union-attr]
+    logprobs = generation_path_logprobs(model, job.plan.prompt_ids, ids, image_token, features)
     for planned, got in zip(job.plan.questions, result.distributions, strict=True):
         want = slot_reading(logprobs[planned.position, list(planned.label_ids)].tolist()).probabilities
         assert got.probabilities == pytest.approx(want, abs=1e-5)

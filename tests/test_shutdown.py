@@ -33,13 +33,18 @@ def slow_body(questions: int) -> dict[str, Any]:
     }
 
 
-def sigterm_during(server: CliServer, client: httpx.Client, body: dict[str, Any]) -> httpx.Response | Exception:
-    """Send `body` on an already-open connection, SIGTERM the server while it is in flight, return the outcome."""
+def sigterm_during(
+    server: CliServer, client: httpx.Client, body: dict[str, Any], *, behind: int = 0
+) -> httpx.Response | Exception:
+    """Send `body` (and `behind` copies queued after it), SIGTERM the server while the first is being read,
+    and return the outcome of the last one sent."""
     assert client.get("/health").status_code == 200  # the connection is accepted before the signal
-    with ThreadPoolExecutor(1) as pool:
-        in_flight = pool.submit(client.post, "/v1/systemone", json=body)
+    with ThreadPoolExecutor(1 + behind) as pool:
+        first = pool.submit(client.post, "/v1/systemone", json=body)
+        queued = [pool.submit(client.post, "/v1/systemone", json=body) for _ in range(behind)]
+        in_flight = queued[-1] if queued else first
         time.sleep(0.5)
-        assert not in_flight.done(), "the request finished before the signal; make it slower"
+        assert not first.done(), "the request finished before the signal; make it slower"
         server.process.send_signal(signal.SIGTERM)
         refused_new_connections = False
         deadline = time.monotonic() + 10
@@ -65,8 +70,10 @@ def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
 
 
 def test_the_wait_for_requests_in_flight_is_bounded() -> None:
+    # Six requests queued behind one that outlasts the 0.5 s before the signal need more than 3 s in all, so the
+    # 1 s bound cuts the last of them off whatever the machine's speed.
     with cli_process("--shutdown-timeout", "1") as server, httpx.Client(base_url=server.base, timeout=120) as client:
-        outcome = sigterm_during(server, client, slow_body(240))
+        outcome = sigterm_during(server, client, slow_body(240), behind=6)
         assert server.process.wait(timeout=120) in CLEAN_EXITS
     # Cut off at the bound with a retryable 503 in the API's shape, not kept until the model finished.
     assert isinstance(outcome, httpx.Response) and outcome.status_code == 503, outcome
@@ -134,15 +141,16 @@ def test_sigterm_exit_is_bounded_by_the_shutdown_timeout_while_a_batch_runs() ->
     """The running batch cannot be interrupted, but the process does not wait for it (issue 16 item 13)."""
     with cli_process("--shutdown-timeout", "1") as server, httpx.Client(base_url=server.base, timeout=120) as client:
         started = time.monotonic()
-        with ThreadPoolExecutor(1) as pool:
-            in_flight = pool.submit(client.post, "/v1/systemone", json=slow_body(1000))
+        # Each slow body is read in more than 0.5 s (checked below), so the 21 queued ones need over 10 s.
+        with ThreadPoolExecutor(21) as pool:
+            sent = [pool.submit(client.post, "/v1/systemone", json=slow_body(240)) for _ in range(21)]
             time.sleep(0.5)
-            assert not in_flight.done()
+            assert not sent[0].done()
             signalled = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             assert server.process.wait(timeout=60) in CLEAN_EXITS
             exited = time.monotonic()
-            outcome = in_flight.exception() or in_flight.result()
-        # 1 s for requests in flight, then the lifespan: far less than the minutes this batch takes.
+            outcome = sent[-1].exception() or sent[-1].result()
+        # 1 s for requests in flight, then the lifespan: far less than the work still queued.
         assert exited - signalled < 10, (exited - signalled, exited - started)
         assert isinstance(outcome, httpx.Response) and outcome.status_code == 503, outcome

@@ -368,6 +368,15 @@ class Decider:
                     f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
                 )
             )
+        if request.options.steps > capabilities.max_steps:
+            problems.append(
+                FieldProblem(
+                    ("body", "steps"),
+                    f"model {card.name} reads in at most {capabilities.max_steps} step"
+                    f"{'s' if capabilities.max_steps > 1 else ''} (it has no denoiser to run more); "
+                    f"send steps to a DiffusionGemma model, or leave it out",
+                )
+            )
         if problems:
             raise InvalidRequest(problems)
         check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")

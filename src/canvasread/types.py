@@ -74,13 +74,21 @@ class ImageAsset:
     height: int
 
 
+# A read takes at most this many denoising steps (the published replays of canvas reads use 2 to 6).
+MAX_STEPS = 8
+
+
 @dataclass(frozen=True)
 class RequestOptions:
-    """Per-request knobs from extension keys; the defaults give the plain Jev behaviour."""
+    """Per-request knobs from extension keys; the defaults give the plain Jev behaviour.
+
+    `steps` is how many denoising steps each read takes (1: one read-only step; see `canvas.reader`).
+    """
 
     samples: int | Literal["auto"] = "auto"
     seed: int | None = None
     diagnostics: bool = False
+    steps: int = 1
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,8 @@ class Capabilities:
     images: bool = False
     max_options: int = 255
     max_levels: int = 10
+    # Denoising steps a read may take: 1 for a model without a denoiser (the embedded one).
+    max_steps: int = 1
 
 
 @dataclass(frozen=True)

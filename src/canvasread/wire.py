@@ -19,6 +19,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
+    MAX_STEPS,
     Condition,
     DecisionRequest,
     ImageAsset,
@@ -125,6 +126,9 @@ class SystemOneRequest(_WireModel):
     seed: int | None = Field(None, description="canvasread extension: the same seed gives the same answer.")
     diagnostics: bool = Field(False, description="canvasread extension: add per-question read details.")
     order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
+    steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = Field(
+        1, description="canvasread extension: denoising steps per read (1..8), every position but the slots pinned."
+    )
 
 
 class _AnswerExtras(_WireModel):
@@ -244,7 +248,7 @@ def parse_request(
     assets = _decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
-    options = RequestOptions(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics)
+    options = RequestOptions(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps)
     return wire.model, DecisionRequest(wire.state, questions, assets, options)
 
 

@@ -90,6 +90,17 @@ def test_wrong_types_point_at_the_field(sparrow_server: str, body: dict[str, Any
     assert_422_at(post(sparrow_server, body), loc)
 
 
+@pytest.mark.parametrize("steps", [0, 9, -1, "2", True, 2.5, None])
+def test_steps_outside_1_to_8_point_at_steps(sparrow_server: str, steps: Any) -> None:
+    assert_422_at(post(sparrow_server, {**request_body(), "steps": steps}), ["body", "steps"])
+
+
+def test_the_embedded_model_refuses_more_than_one_step(sparrow_server: str) -> None:
+    entry = assert_422_at(post(sparrow_server, {**request_body(), "steps": 2}), ["body", "steps"])
+    assert "at most 1 step" in entry["msg"] and "DiffusionGemma" in entry["msg"]
+    assert post(sparrow_server, {**request_body(), "steps": 1}).status_code == 200
+
+
 def test_noul_with_neither_instructions_nor_criteria(sparrow_server: str) -> None:
     body = request_body(q={"type": "noul", "criteria": {"true": None, "false": None}})
     entry = assert_422_at(post(sparrow_server, body), ["body", "questions", "q", "noul"])

@@ -100,7 +100,9 @@ def test_sdk_response_examples_validate_against_the_served_schema(served: dict[s
 
 def test_extensions_are_declared(served: dict[str, Any]) -> None:
     components = served["components"]["schemas"]
-    assert {"samples", "seed", "diagnostics", "order"} <= set(components["SystemOneRequest"]["properties"])
+    request = components["SystemOneRequest"]["properties"]
+    assert {"samples", "seed", "diagnostics", "order", "steps"} <= set(request)
+    assert (request["steps"]["minimum"], request["steps"]["maximum"], request["steps"]["default"]) == (1, 8, 1)
     for question in ("NoulQuestion", "ChoiceQuestion", "ScoreQuestion", "BoxQuestion"):
         assert {"order", "min_confidence"} <= set(components[question]["properties"])
     for answer in ANSWER_MODELS:

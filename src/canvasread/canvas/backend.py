@@ -1,4 +1,4 @@
-"""The canvas backend: answers every question of a request from one read-only denoising step.
+"""The canvas backend: answers every question of a request from its canvas reads (one read-only step, or `steps`).
 
 Reads top to bottom like a serving step: plan (labels, prompt, canvases),
 read (all canvases of all requests in the batch at once), read out (label
@@ -193,14 +193,17 @@ class CanvasBackend:
         questions = job.plan.questions
         ids = noisy_canvas(canvas, questions, vocab_size=vocab_size, seed=job.seed, read=read)
         slots = tuple(Slot(slot.position, slot.read_ids) for q in canvas.questions for slot in questions[q].slots)
-        return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images)
+        steps = job.request.options.steps
+        seed = _step_seed(job.seed, read, ids)
+        return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images, steps, seed)
 
     def _result(self, job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
         distributions = []
         for planned, question_readings in zip(job.plan.questions, readings, strict=True):
             canvas = job.plan.canvases[planned.canvas]
             if planned.question.kind == "box":
-                distributions.append(_box_distribution(planned, question_readings, len(canvas.ids), elapsed_ms))
+                steps = job.request.options.steps
+                distributions.append(_box_distribution(planned, question_readings, len(canvas.ids), elapsed_ms, steps))
                 continue
             combined = combine(question_readings[0])
             details: dict[str, JSONValue] = {
@@ -210,6 +213,7 @@ class CanvasBackend:
                 "entropy": normalised_entropy(combined.probabilities),
                 "reads": combined.reads,
                 "layout": self.settings.layout.name,
+                "steps": job.request.options.steps,
                 "batch_ms": elapsed_ms,
             }
             if combined.reads > 1:
@@ -220,8 +224,14 @@ class CanvasBackend:
         return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))
 
 
+def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:
+    """The seed of a multi-step read's random draws: the request's seed, the read number and the noisy canvas."""
+    material = json.dumps([seed, read, list(canvas_ids)])
+    return int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big") >> 1
+
+
 def _box_distribution(
-    planned: PlannedQuestion, readings: list[list[SlotReading]], width: int, elapsed_ms: float
+    planned: PlannedQuestion, readings: list[list[SlotReading]], width: int, elapsed_ms: float, steps: int
 ) -> Distribution:
     """A box's four edge distributions from its eight digit slots, each averaged over its reads."""
     combined = [combine(slot_readings) for slot_readings in readings]
@@ -230,6 +240,7 @@ def _box_distribution(
         "label_mass": sum(c.label_mass for c in combined) / len(combined),
         "entropy": max(normalised_entropy(combined[s].probabilities) for s in box.TENS_SLOTS),
         "reads": combined[0].reads,
+        "steps": steps,
         "batch_ms": elapsed_ms,
     }
     edges = box.edge_distributions([c.probabilities for c in combined])

@@ -4,8 +4,22 @@ Everything above it — labels, prompt, canvas, noise, readout — is shared by
 the in-process engine and the vLLM proxy; only how a read is executed differs.
 
 Contract for `read(reads)`:
-- every `CanvasRead` is one read-only denoising step of `canvas_ids` given the
-  encoded `prompt_ids` (temperature 1, no self-conditioning);
+- every `CanvasRead` is `steps` denoising steps of `canvas_ids` given the
+  encoded `prompt_ids`. The first `steps - 1` are the model's own denoising
+  steps with every canvas position except the slots pinned to `canvas_ids`:
+  the model reads the canvas, self-conditioned on the previous step's
+  (temperature-scaled) logits as transformers' DiffusionGemma generation loop
+  carries them (none at the first step); the logits are scaled by that
+  loop's linear temperature schedule over `steps` steps (t_min, t_max and the
+  entropy bound from the checkpoint's generation config), a token is sampled at every
+  position, the entropy-bound rule keeps some, the rest are renoised with
+  uniform token ids, and the pinned positions are set back. The last step is
+  read-only: it is what the result reports (temperature 1). `steps == 1` is
+  that read-only step alone, with no self-conditioning. A multi-step read
+  draws its samples and renoise from a generator seeded by `seed`, so the
+  same read gives the same numbers; a reader whose upstream draws its own
+  random numbers (vLLM) says so in its docstring, as it does for any place
+  where its upstream's denoising loop differs from transformers';
 - the result has, for each slot in order, the full-vocabulary log-probability
   of each of that slot's `label_ids` (so `exp` of them sums to the label mass,
   at most 1);
@@ -45,11 +59,15 @@ class PromptImage:
 
 @dataclass(frozen=True)
 class CanvasRead:
+    """One read of one canvas; `steps` and `seed` as the module docstring says (`steps == 1`: one read-only step)."""
+
     prompt_ids: tuple[int, ...]
     prefix_length: int
     canvas_ids: tuple[int, ...]
     slots: tuple[Slot, ...]
     images: tuple[PromptImage, ...] = ()
+    steps: int = 1
+    seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ def test_diagnostics_and_seed_extensions(tiny_server: str) -> None:
     assert first["answers"]["greeting"]["noul"] == second["answers"]["greeting"]["noul"]
     assert details["stderr"] == second["answers"]["greeting"]["diagnostics"]["stderr"]
     assert details["reads"] == 2 and details["labels"] == {"true": "yes", "false": "no"}
+    assert details["steps"] == 1
     assert 0.0 < details["label_mass"] <= 1.0
     plain = httpx.post(tiny_server + "/v1/systemone", json={**body, "diagnostics": False}, timeout=60).json()
     assert "diagnostics" not in plain["answers"]["greeting"]

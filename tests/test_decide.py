@@ -191,4 +191,4 @@ def test_a_canvas_jobs_cost_is_its_prompt_and_first_reads(tokenizer: HFTokenizer
     assert isinstance(backend, CanvasBackend)
     job = backend.prepare(request({"money": NOUL, "team": CHOICE}, samples=3))
     canvases = sum(len(canvas.ids) for canvas in job.plan.canvases)
-    assert backend.cost(job) == JobCost(len(job.plan.prompt_ids) + 3 * canvases, 0)
+    assert backend.cost(job) == JobCost(job.plan.prompt_tokens + 3 * canvases, 0)

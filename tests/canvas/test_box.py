@@ -96,7 +96,7 @@ def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -
     [canvas] = job.plan.canvases
     text = runtime.tokenizer.decode(list(canvas.ids))
     assert "dog: top 00, bottom 00, left 00, right 00\nred: yes" in text
-    system = runtime.tokenizer.decode(list(job.plan.prompt_ids))
+    system = runtime.tokenizer.decode(list(job.plan.prompts[0].ids))
     assert "The red square" in system and "00 to 99" in system
 
 
@@ -114,7 +114,7 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
 
     image_token = runtime.images.token_id  # type: ignore[union-attr]
     features = runner.image_features([red_square()])[0]
-    logprobs = generation_path_logprobs(runner.model, job.plan.prompt_ids, ids, image_token, features)
+    logprobs = generation_path_logprobs(runner.model, job.plan.prompts[0].ids, ids, image_token, features)
     slots = job.plan.questions[0].slots
     digits = [slot_reading(logprobs[s.position, list(s.label_ids)].tolist()).probabilities for s in slots]
     for got, want in zip(result.distributions[0].edges, box.edge_distributions(digits), strict=True):

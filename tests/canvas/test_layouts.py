@@ -74,7 +74,7 @@ def test_both_label_forms_score_each_label_by_its_better_form(tiny_checkpoint: P
     ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=3, read=0)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([job.plan.prompt_ids]), decoder_input_ids=torch.tensor([ids])).logits
+        logits = model(input_ids=torch.tensor([job.plan.prompts[0].ids]), decoder_input_ids=torch.tensor([ids])).logits
     logprobs = torch.log_softmax(logits[0].float(), dim=-1)
     for planned, distribution in zip(job.plan.questions, result.distributions, strict=True):
         [slot] = planned.slots
@@ -92,3 +92,33 @@ def test_both_label_forms_score_each_label_by_its_better_form(tiny_checkpoint: P
         assert distribution.probabilities == pytest.approx([math.exp(s) / total for s in scores], abs=1e-5)
         mass = sum(math.exp(row[i].item()) for i in slot.read_ids)
         assert distribution.details["label_mass"] == pytest.approx(mass, rel=1e-4)
+
+
+@pytest.mark.parametrize(("layout", "count"), [("prompt-per-canvas", 60), ("bare-single", 1)])
+def test_each_canvas_is_read_against_its_own_prompt(tiny_checkpoint: Path, layout: str, count: int) -> None:
+    """In process, every canvas of these layouts reads exactly what one model forward of its own prompt gives."""
+    import torch
+
+    from canvasread.canvas.plan import noisy_canvas
+    from canvasread.wire import parse_request
+
+    decider = open_decider((str(tiny_checkpoint),), reading=ReadSettings(layout=layout_named(layout)))
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend) and backend._runtime is not None
+    runtime = backend._runtime
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(count)}
+    body = {"model": "m", "state": "charged twice", "questions": questions, "seed": 4, "samples": 1}
+    job = backend.prepare(parse_request(body)[1])
+    [result] = backend.decide([job])
+    assert len(job.plan.prompts) == len(job.plan.canvases) == (2 if count > 1 else 1)
+    model = runtime.reader.runner.model  # type: ignore[attr-defined]
+    for planned, distribution in zip(job.plan.questions, result.distributions, strict=True):
+        canvas = job.plan.canvases[planned.canvas]
+        ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=4, read=0)
+        prompt = torch.tensor([job.plan.prompt(canvas).ids])
+        with torch.no_grad():
+            logits = model(input_ids=prompt, decoder_input_ids=torch.tensor([ids])).logits
+        row = torch.log_softmax(logits[0, planned.position].float(), dim=-1)[list(planned.label_ids)]
+        assert distribution.probabilities == pytest.approx(torch.softmax(row, dim=-1).tolist(), abs=1e-5)
+        assert distribution.details["layout"] == layout
+    assert result.usage.input_tokens == job.plan.prompt_tokens

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from canvasread.canvas.layouts import LAYOUTS, layout_named
-from canvasread.canvas.plan import THOUGHT_BLOCK, Planner
+from canvasread.canvas.plan import Planner
+from canvasread.canvas.prompt import THOUGHT_BLOCK
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.wire import parse_request
 
@@ -32,8 +34,8 @@ def test_the_thought_block_ends_the_prompt_and_the_canvas_starts_with_the_answer
     plan = Planner(tokenizer, canvas_length=64, max_positions=None).plan(request(nouls(2)))
     thought = tokenizer.encode(THOUGHT_BLOCK)
     generation_prompt = tokenizer.encode("<|turn>model\n")
-    assert list(plan.prompt_ids[-len(thought) :]) == thought
-    assert list(plan.prompt_ids[-len(thought) - len(generation_prompt) : -len(thought)]) == generation_prompt
+    assert list(plan.prompts[0].ids[-len(thought) :]) == thought
+    assert list(plan.prompts[0].ids[-len(thought) - len(generation_prompt) : -len(thought)]) == generation_prompt
     [canvas] = plan.canvases
     assert tokenizer.decode(canvas.ids[: canvas.text_tokens]).startswith("q0: ")
     assert thought[0] not in canvas.ids and thought[-1] not in canvas.ids  # <|channel>, <channel|>
@@ -44,7 +46,7 @@ def test_the_thought_on_canvas_layout_keeps_the_old_placement(tokenizer: HFToken
         request(nouls(2))
     )
     thought = tokenizer.encode(THOUGHT_BLOCK)
-    assert list(plan.prompt_ids[-3:]) == tokenizer.encode("<|turn>model\n")[-3:]
+    assert list(plan.prompts[0].ids[-3:]) == tokenizer.encode("<|turn>model\n")[-3:]
     assert list(plan.canvases[0].ids[: len(thought)]) == thought
 
 
@@ -63,3 +65,60 @@ def test_every_canvas_keeps_a_pad_after_end_of_turn(tokenizer: HFTokenizer, layo
                 assert set(canvas.ids[canvas.text_tokens :]) == {tokenizer.pad_id}
                 on_a_boundary += canvas.text_tokens % 16 == 0
     assert on_a_boundary, "no canvas text landed on a boundary: the sweep does not exercise the rule"
+
+
+def test_one_prompt_serves_every_canvas_of_a_request_by_default(tokenizer: HFTokenizer) -> None:
+    plan = Planner(tokenizer, canvas_length=48, max_positions=None).plan(request(nouls(8)))
+    assert len(plan.canvases) >= 2 and len(plan.prompts) == 1
+    assert {canvas.prompt for canvas in plan.canvases} == {0}
+    system = tokenizer.decode(list(plan.prompts[0].ids))
+    assert all(f"Question `q{i}`" in system for i in range(8))
+    assert plan.prompt_tokens == len(plan.prompts[0].ids)
+
+
+def test_prompt_per_canvas_lists_only_the_questions_on_its_canvas(tokenizer: HFTokenizer) -> None:
+    planner = Planner(tokenizer, canvas_length=48, max_positions=None, layout=layout_named("prompt-per-canvas"))
+    plan = planner.plan(request(nouls(8)))
+    assert len(plan.canvases) >= 2 and len(plan.prompts) == len(plan.canvases)
+    for index, canvas in enumerate(plan.canvases):
+        assert canvas.prompt == index
+        prompt = plan.prompt(canvas)
+        listed = {i for i in range(8) if f"Question `q{i}`" in tokenizer.decode(list(prompt.ids))}
+        assert listed == set(canvas.questions)
+        assert tokenizer.decode(list(prompt.ids)).count("I was charged twice.") == 1
+        assert prompt.prefix_length < len(prompt.ids)
+    assert plan.prompt_tokens == sum(len(prompt.ids) for prompt in plan.prompts)
+
+
+def test_bare_single_reads_one_question_as_the_replys_first_token(tokenizer: HFTokenizer) -> None:
+    planner = Planner(tokenizer, canvas_length=48, max_positions=None, layout=layout_named("bare-single"))
+    plan = planner.plan(request(nouls(1)))
+    [canvas], [prompt], [planned] = plan.canvases, plan.prompts, plan.questions
+    assert planned.position == 0, "the label is the canvas's first token"
+    assert tokenizer.decode(canvas.ids[: canvas.text_tokens]) == f"{planned.labels[0]}<turn|>"
+    text = tokenizer.decode(list(prompt.ids))
+    state_at, question_at = text.index("I was charged twice."), text.index("Question `q0`")
+    assert state_at < question_at < text.index("<|turn>model"), "the question follows the state in the user turn"
+    assert "one line per question" not in text
+    several = planner.plan(request(nouls(2)))
+    assert tokenizer.decode(several.canvases[0].ids[: several.canvases[0].text_tokens]).startswith("q0: ")
+
+
+def test_an_image_goes_only_into_the_prompts_that_mention_it(tokenizer: HFTokenizer) -> None:
+    from canvasread.canvas.prompt import ImageTokens
+    from canvasread.errors import InvalidRequest
+    from canvasread.types import ImageAsset
+
+    images = ImageTokens(begin_id=255999, token_id=262144, end_id=256000, count=lambda asset: 4)
+    planner = Planner(
+        tokenizer, canvas_length=48, max_positions=None, images=images, layout=layout_named("prompt-per-canvas")
+    )
+    questions = nouls(8)
+    questions["q7"]["instructions"] = "Does photo.png show the parcel?"
+    parsed = request(questions)
+    asset = ImageAsset(placeholder="photo.png", format="png", data=b"png", width=2, height=2)
+    plan = planner.plan(replace(parsed, assets={"photo.png": asset}))
+    seen = [len(plan.prompt(canvas).images) for canvas in plan.canvases]
+    assert seen[-1] == 1 and set(seen[:-1]) == {0}
+    with pytest.raises(InvalidRequest, match="not referenced"):
+        planner.plan(replace(parsed, questions=parsed.questions[:7], assets={"photo.png": asset}))

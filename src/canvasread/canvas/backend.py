@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
-from canvasread.canvas.plan import ImageTokens, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
+from canvasread.canvas.plan import PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
+from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.tokenizer import Tokenizer
@@ -120,10 +121,10 @@ class CanvasBackend:
         return CanvasJob(request, self._planner.plan(request), seed)
 
     def cost(self, job: CanvasJob) -> JobCost:
-        """The prompt plus every canvas of the first reads (all in one pass), and the images' pixels."""
+        """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels."""
         canvas_tokens = sum(len(canvas.ids) for canvas in job.plan.canvases) * self._initial_reads(job)
         pixels = sum(asset.width * asset.height for asset in job.request.assets.values())
-        return JobCost(len(job.plan.prompt_ids) + canvas_tokens, pixels)
+        return JobCost(job.plan.prompt_tokens + canvas_tokens, pixels)
 
     def decide(self, jobs: Sequence[CanvasJob]) -> list[DecisionResult]:
         started = time.monotonic()
@@ -195,7 +196,8 @@ class CanvasBackend:
         slots = tuple(Slot(slot.position, slot.read_ids) for q in canvas.questions for slot in questions[q].slots)
         steps = job.request.options.steps
         seed = _step_seed(job.seed, read, ids)
-        return CanvasRead(job.plan.prompt_ids, job.plan.prefix_length, ids, slots, job.plan.images, steps, seed)
+        prompt = job.plan.prompt(canvas)
+        return CanvasRead(prompt.ids, prompt.prefix_length, ids, slots, prompt.images, steps, seed)
 
     def _result(self, job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
         distributions = []
@@ -221,7 +223,7 @@ class CanvasBackend:
                 details["agreement"] = combined.agreement
             distributions.append(Distribution(combined.probabilities, details, reads=combined.reads))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
-        return DecisionResult(tuple(distributions), Usage(len(job.plan.prompt_ids), output_tokens))
+        return DecisionResult(tuple(distributions), Usage(job.plan.prompt_tokens, output_tokens))
 
 
 def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:

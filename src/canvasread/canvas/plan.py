@@ -1,14 +1,13 @@
-"""Planning a canvas read: the prompt, the canvases, the verified label slots, and seeded noise.
+"""Planning a canvas read: the prompts, the canvases, the verified label slots, and seeded noise.
 
-The prompt is the model's chat template with thinking off: a system turn that
-lists every question with its labels (option names and descriptions beside
-them), the state as the user turn, and (by default) the empty thought block
-after the generation prompt. A canvas is the answer's fixed text — one
-`name: label` line per question, end-of-turn, at least one pad — where only
-the label slots hold noise. Requests with the same questions share the system
-turn, so its tokens form the cacheable prefix and their canvases and labels
-are planned once. Where the real weights would have to decide (the thought
-block's place...), the server's `ReadLayout` says.
+A canvas is the answer's fixed text — one `name: label` line per question,
+end-of-turn, at least one pad — where only the label slots hold noise; its
+prompt (`PlannedCanvas.prompt`, worded in `canvasread.canvas.prompt`) lists the
+questions with their labels. Requests with the same questions share their
+prompts' system turns, so those tokens form the cacheable prefix and their
+canvases and labels are planned once. Where only the real weights could
+decide (the thought block's place, one prompt per request or per canvas, a
+bare label for a single question...), the server's `ReadLayout` says.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import math
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from canvasread.canvas import box
@@ -33,12 +32,21 @@ from canvasread.canvas.labels import (
     verify_canvas,
 )
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
-from canvasread.canvas.reader import PromptImage
+from canvasread.canvas.prompt import (
+    BARE_INTRO,
+    LINES_INTRO,
+    THOUGHT_BLOCK,
+    EncodedPrompt,
+    ImageTokens,
+    PromptEncoder,
+    PromptText,
+    as_text,
+    question_block,
+)
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.types import DecisionRequest, ImageAsset, JSONValue, Question
+from canvasread.types import DecisionRequest, Question
 
-THOUGHT_BLOCK = "<|channel>thought\n<channel|>"
 CANVAS_TAIL = "<turn|>"
 # Canvas widths are rounded up to a multiple of 16: fewer distinct shapes for kernels and CUDA graphs.
 CANVAS_ALIGN = 16
@@ -47,27 +55,6 @@ MIN_PADDING = 1
 # Past this many questions the canvas names questions by number (as djev's "indexed" template does).
 COMPACT_AFTER = 10
 SIMPLE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
-STATE_MARKER = "\x00state\x00"
-
-SYSTEM_INTRO = (
-    "You are a decision model. The user's message is the state. Answer every question below about the state "
-    "by choosing exactly one of the labels listed for that question.\n"
-    "Write one line per question, in the order given: the question's name, a colon, a space, then the label, "
-    "and nothing else."
-)
-KIND_HEADERS = {
-    "noul": "yes or no",
-    "choice": "choose one",
-    "score": "score from 0 (lowest) to {top}",
-    "box": "locate",
-}
-
-
-def as_text(value: JSONValue) -> str:
-    """Strings as they are; JSON values compact, non-ASCII kept."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def question_digest(question: Question) -> str:
@@ -101,38 +88,32 @@ class PlannedQuestion:
 
 @dataclass(frozen=True)
 class PlannedCanvas:
-    """Token ids padded to the canvas width; each slot holds its first label until noise replaces it."""
+    """Token ids padded to the canvas width; each slot holds its first label until noise replaces it.
+
+    `prompt` indexes the layout's prompts: the one this canvas is read against.
+    """
 
     ids: tuple[int, ...]
     questions: tuple[int, ...]
     text_tokens: int
+    prompt: int = 0
 
 
 @dataclass(frozen=True)
 class Layout:
     """What depends only on the questions: shared by every request that asks them."""
 
-    system: str
+    prompts: tuple[PromptText, ...]
     questions: tuple[PlannedQuestion, ...]
     canvases: tuple[PlannedCanvas, ...]
 
 
 @dataclass(frozen=True)
-class ImageTokens:
-    """How the model writes an image into its prompt: begin marker, `count` soft tokens, end marker."""
-
-    begin_id: int
-    token_id: int
-    end_id: int
-    count: Callable[[ImageAsset], int]
-
-
-@dataclass(frozen=True)
 class ReadPlan:
-    prompt_ids: tuple[int, ...]
-    prefix_length: int
+    """A request's layout with its prompts encoded (state and images in place), one per layout prompt."""
+
+    prompts: tuple[EncodedPrompt, ...]
     layout: Layout
-    images: tuple[PromptImage, ...] = ()
 
     @property
     def questions(self) -> tuple[PlannedQuestion, ...]:
@@ -141,6 +122,14 @@ class ReadPlan:
     @property
     def canvases(self) -> tuple[PlannedCanvas, ...]:
         return self.layout.canvases
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens the encoder reads for this request: each prompt once, however many canvases share it."""
+        return sum(len(prompt.ids) for prompt in self.prompts)
+
+    def prompt(self, canvas: PlannedCanvas) -> EncodedPrompt:
+        return self.prompts[canvas.prompt]
 
 
 class Planner:
@@ -157,10 +146,10 @@ class Planner:
         cache_size: int = 512,
     ) -> None:
         self.tokenizer = tokenizer
-        self.images = images
         self.read_layout = layout
         self.canvas_length = canvas_length
         self.max_positions = max_positions
+        self.encoder = PromptEncoder(tokenizer, images, thought_in_prompt=layout.thought == "prompt")
         self._layouts: OrderedDict[str, Layout] = OrderedDict()
         self._cache_size = cache_size
         self._head = THOUGHT_BLOCK if layout.thought == "canvas" else ""
@@ -169,51 +158,16 @@ class Planner:
 
     def plan(self, request: DecisionRequest) -> ReadPlan:
         layout = self.layout(request.questions)
-        prompt_text = self._place_thought(self.tokenizer.chat_prompt(layout.system, as_text(request.state)))
-        prompt_ids, images = self._encode_prompt(prompt_text, request.assets)
-        prefix_text = self.tokenizer.chat_prompt(layout.system, STATE_MARKER)
-        prefix_ids = self.tokenizer.encode(prefix_text.split(STATE_MARKER)[0])
-        prefix_length = next(
-            (i for i, (a, b) in enumerate(zip(prefix_ids, prompt_ids, strict=False)) if a != b),
-            min(len(prefix_ids), len(prompt_ids)),
-        )
-        if images:  # the shared, cacheable prefix never holds an image (all soft tokens share one id)
-            prefix_length = min(prefix_length, images[0].start - 1)
-        width = max(len(canvas.ids) for canvas in layout.canvases)
-        if self.max_positions is not None and len(prompt_ids) + width > self.max_positions:
-            raise InvalidRequest.at(
-                ("body", "state"),
-                f"the state and questions take {len(prompt_ids)} tokens and "
-                f"the answer {width}; this model reads at most {self.max_positions}",
-            )
-        return ReadPlan(tuple(prompt_ids), prefix_length, layout, images)
-
-    def _encode_prompt(self, text: str, assets: Mapping[str, ImageAsset]) -> tuple[list[int], tuple[PromptImage, ...]]:
-        """Token ids of the prompt, each image placeholder replaced by the model's image block."""
-        if not assets:
-            return self.tokenizer.encode(text), ()
-        if self.images is None:
-            raise InvalidRequest.at(("body", "assets"), "this model cannot see images")
-        pattern = re.compile("|".join(re.escape(name) for name in sorted(assets, key=len, reverse=True)))
-        unused = sorted(set(assets) - set(pattern.findall(text)))
-        if unused:
-            raise InvalidRequest.at(
-                ("body", "assets", unused[0]),
-                "the asset is not referenced in the state, instructions or criteria, so the model would never see it",
-            )
-        ids: list[int] = []
-        images: list[PromptImage] = []
-        cursor = 0
-        for match in pattern.finditer(text):
-            ids += self.tokenizer.encode(text[cursor : match.start()])
-            asset = assets[match.group()]
-            count = self.images.count(asset)
-            ids.append(self.images.begin_id)
-            images.append(PromptImage(len(ids), count, asset.data, hashlib.sha256(asset.data).hexdigest()[:32]))
-            ids += [self.images.token_id] * count + [self.images.end_id]
-            cursor = match.end()
-        ids += self.tokenizer.encode(text[cursor:])
-        return ids, tuple(images)
+        prompts = self.encoder.encode_all(layout.prompts, as_text(request.state), request.assets)
+        for index, prompt in enumerate(prompts):
+            width = max(len(canvas.ids) for canvas in layout.canvases if canvas.prompt == index)
+            if self.max_positions is not None and len(prompt.ids) + width > self.max_positions:
+                raise InvalidRequest.at(
+                    ("body", "state"),
+                    f"the state and questions take {len(prompt.ids)} tokens and "
+                    f"the answer {width}; this model reads at most {self.max_positions}",
+                )
+        return ReadPlan(prompts, layout)
 
     def layout(self, questions: Sequence[Question]) -> Layout:
         key = json.dumps([[q.key, question_digest(q), q.alone] for q in questions], ensure_ascii=False)
@@ -227,51 +181,49 @@ class Planner:
             self._layouts.popitem(last=False)
         return layout
 
-    def _place_thought(self, prompt: str) -> str:
-        """The prompt ends with the empty thought block unless the canvas carries it (whatever the template adds)."""
-        bare = prompt.removesuffix(THOUGHT_BLOCK)
-        return bare + THOUGHT_BLOCK if self.read_layout.thought == "prompt" else bare
-
     def _build_layout(self, questions: Sequence[Question]) -> Layout:
         compact = len(questions) > COMPACT_AFTER or not all(SIMPLE_KEY.fullmatch(q.key) for q in questions)
         names = [str(i + 1) if compact else q.key for i, q in enumerate(questions)]
+        bare = self.read_layout.single == "bare" and len(questions) == 1
+        starts = ["" if bare else f"{name}: " for name in names]
         labels: list[list[str]] = []
         for question in questions:
             try:
                 labels.append(initial_labels(question.kind, question.option_names, self._pool))
             except LabelError as error:
                 raise _label_problem(question, error) from None
-        groups = self._pack(names, labels, questions)
+        groups = self._pack(starts, labels, questions)
+        per_canvas = self.read_layout.prompts == "canvas"
         planned: dict[int, PlannedQuestion] = {}
         canvases = []
         for canvas_index, group in enumerate(groups):
-            ids, verified = self._verify(questions, names, labels, group)
+            ids, verified = self._verify(questions, starts, labels, group)
             width = min(self.canvas_length, math.ceil((len(ids) + MIN_PADDING) / CANVAS_ALIGN) * CANVAS_ALIGN)
             if len(ids) + MIN_PADDING > self.canvas_length:
                 raise InvalidRequest.at(("body", "questions"), "a question's answer line does not fit in a canvas")
-            canvases.append(
-                PlannedCanvas(tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids)), tuple(group), len(ids))
-            )
+            padded = tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids))
+            canvases.append(PlannedCanvas(padded, tuple(group), len(ids), canvas_index if per_canvas else 0))
             for q_index, slots in zip(group, verified, strict=True):
                 question = questions[q_index]
                 planned[q_index] = PlannedQuestion(
                     question, names[q_index], slots, canvas_index, question_digest(question)
                 )
         ordered = tuple(planned[i] for i in range(len(questions)))
-        return Layout(self._system_text(ordered, compact), ordered, tuple(canvases))
+        return Layout(_prompt_texts(ordered, groups, compact, bare, per_canvas), ordered, tuple(canvases))
 
     def _pack(
-        self, names: Sequence[str], labels: Sequence[Sequence[str]], questions: Sequence[Question]
+        self, starts: Sequence[str], labels: Sequence[Sequence[str]], questions: Sequence[Question]
     ) -> list[list[int]]:
         """Greedy: consecutive questions share a canvas while their lines, `<turn|>` and a pad fit (a token of slack
         per line).
 
         A question marked `alone` gets a canvas (so a read) of its own: neighbours on one canvas
-        influence each other's slots. The prompt still lists every question of the request.
+        influence each other's slots. Its prompt still lists every question of the request, unless the
+        layout gives each canvas a prompt of its own.
         """
         lines = [
-            f"{name}: {''.join(text + ls[0] for text in _slot_texts(question))}\n"
-            for name, ls, question in zip(names, labels, questions, strict=True)
+            f"{start}{''.join(text + ls[0] for text in _slot_texts(question))}\n"
+            for start, ls, question in zip(starts, labels, questions, strict=True)
         ]
         sizes = [len(ids) + 1 for ids in self.tokenizer.encode_batch(lines)]
         budget = self.canvas_length - self._overhead
@@ -287,13 +239,13 @@ class Planner:
         return groups
 
     def _verify(
-        self, questions: Sequence[Question], names: Sequence[str], labels: list[list[str]], group: Sequence[int]
+        self, questions: Sequence[Question], starts: Sequence[str], labels: list[list[str]], group: Sequence[int]
     ) -> tuple[list[int], list[tuple[VerifiedSlot, ...]]]:
         """Verify one canvas's labels in context; returns its ids and, per question of `group`, its slots."""
         text, slots, owners = self._head, [], []
         for position, q_index in enumerate(group):
             question = questions[q_index]
-            text += f"{names[q_index]}: "
+            text += starts[q_index]
             for before in _slot_texts(question):
                 text += before
                 slots.append(SlotSpec(len(text), tuple(labels[q_index]), question.kind == "choice"))
@@ -312,36 +264,29 @@ class Planner:
             labels[q_index] = list(question_slots[0].labels)
         return ids, per_question
 
-    @staticmethod
-    def _system_text(questions: Sequence[PlannedQuestion], compact: bool) -> str:
-        blocks = [SYSTEM_INTRO]
-        for planned in questions:
-            question = planned.question
-            header = KIND_HEADERS[question.kind].format(top=len(question.options) - 1)
-            title = f"Question {planned.name}" if compact else f"Question `{planned.name}`"
-            lines = [f"[{title}] {header}"]
-            if question.instructions is not None:
-                lines.append(f"Instructions: {as_text(question.instructions)}")
-            if question.kind == "box":
-                lines.append(box.GUIDE)
-            for label, option in zip(planned.labels, question.options, strict=False):  # a box has no options
-                lines.append(f"{label}: {_describe(question, option.name, option.description)}")
-            blocks.append("\n".join(lines))
-        return "\n\n".join(blocks)
+
+def _prompt_texts(
+    questions: Sequence[PlannedQuestion], groups: Sequence[Sequence[int]], compact: bool, bare: bool, per_canvas: bool
+) -> tuple[PromptText, ...]:
+    """The layout's prompts: one bare question, one per canvas, or one listing every question."""
+    if bare:
+        [only] = questions
+        block = question_block(only.question, only.name, only.labels, compact=compact)
+        return (PromptText(BARE_INTRO, "\n\n" + block),)
+    listed = [[questions[q] for q in group] for group in groups] if per_canvas else [questions]
+    return tuple(PromptText(_lines_system(chosen, compact)) for chosen in listed)
+
+
+def _lines_system(questions: Sequence[PlannedQuestion], compact: bool) -> str:
+    """The system turn of a read that answers in lines: the intro, then every question it lists."""
+    blocks = [LINES_INTRO]
+    blocks += [question_block(planned.question, planned.name, planned.labels, compact=compact) for planned in questions]
+    return "\n\n".join(blocks)
 
 
 def _slot_texts(question: Question) -> list[str]:
     """The text before each of the question's slots on its answer line: one empty gap, or a box's eight."""
     return box.slot_texts() if question.kind == "box" else [""]
-
-
-def _describe(question: Question, name: str, description: JSONValue) -> str:
-    if question.kind == "choice":
-        return name if description is None else f"{name} — {as_text(description)}"
-    if question.kind == "score":
-        return as_text(description)
-    default = "the statement holds" if name == "true" else "the statement does not hold"
-    return default if description is None else as_text(description)
 
 
 def _label_problem(question: Question | None, error: LabelError) -> InvalidRequest:

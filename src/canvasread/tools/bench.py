@@ -91,7 +91,8 @@ def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size
         for canvas in plan.canvases:
             ids = noisy_canvas(canvas, plan.questions, vocab_size=vocab_size, seed=sequence, read=0)
             slots = tuple(Slot(plan.questions[q].position, plan.questions[q].label_ids) for q in canvas.questions)
-            reads.append(CanvasRead(plan.prompt_ids, plan.prefix_length, tuple(ids), slots))
+            prompt = plan.prompt(canvas)
+            reads.append(CanvasRead(prompt.ids, prompt.prefix_length, tuple(ids), slots))
     return reads
 
 

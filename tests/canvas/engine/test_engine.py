@@ -50,7 +50,7 @@ def reference_distributions(model: Any, job: CanvasJob, vocab_size: int) -> list
     for canvas in job.plan.canvases:
         ids = noisy_canvas(canvas, job.plan.questions, vocab_size=vocab_size, seed=job.seed, read=0)
         with torch.no_grad():
-            out = model(input_ids=torch.tensor([job.plan.prompt_ids]), decoder_input_ids=torch.tensor([ids]))
+            out = model(input_ids=torch.tensor([job.plan.prompts[0].ids]), decoder_input_ids=torch.tensor([ids]))
         logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
         for q in canvas.questions:
             planned = job.plan.questions[q]
@@ -235,10 +235,10 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
 
     red, blue = png(96, 64, (220, 20, 20)), png(40, 90, (20, 20, 220))
     job = backend.prepare(request_with(red))
-    [image] = job.plan.images
-    assert job.plan.prompt_ids[image.start - 1] == runtime.images.begin_id
-    assert job.plan.prompt_ids[image.start + image.tokens] == runtime.images.end_id
-    assert job.plan.prefix_length < image.start
+    [image] = job.plan.prompts[0].images
+    assert job.plan.prompts[0].ids[image.start - 1] == runtime.images.begin_id
+    assert job.plan.prompts[0].ids[image.start + image.tokens] == runtime.images.end_id
+    assert job.plan.prompts[0].prefix_length < image.start
     [result] = backend.decide([job])
 
     features = runner.image_features([red])[0]
@@ -246,7 +246,7 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
     ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=job.seed, read=0)
 
     image_token = runtime.images.token_id  # type: ignore[union-attr]
-    logprobs = generation_path_logprobs(model, job.plan.prompt_ids, ids, image_token, features)
+    logprobs = generation_path_logprobs(model, job.plan.prompts[0].ids, ids, image_token, features)
     for planned, got in zip(job.plan.questions, result.distributions, strict=True):
         want = slot_reading(logprobs[planned.position, list(planned.label_ids)].tolist()).probabilities
         assert got.probabilities == pytest.approx(want, abs=1e-5)

@@ -17,8 +17,10 @@ from helpers import serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
-from canvasread.canvas.backend import CanvasJob
-from canvasread.canvas.plan import THOUGHT_BLOCK, noisy_canvas
+from canvasread.canvas.backend import CanvasJob, ReadSettings
+from canvasread.canvas.layouts import layout_named
+from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.prompt import THOUGHT_BLOCK
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
@@ -89,12 +91,12 @@ def standin(tiny_wide_checkpoint: Path) -> Iterator[tuple[str, Standin]]:
         yield base, served
 
 
-def proxy_for(base: str, tiny_wide_checkpoint: Path, *, load: bool = True) -> Decider:
-    """The library equivalent of `serve --upstream BASE --tokenizer TINY --upstream-canvas-length 256`."""
+def proxy_for(base: str, tiny_wide_checkpoint: Path, *, load: bool = True, layout: str = "default") -> Decider:
+    """The library equivalent of `serve --upstream BASE --tokenizer TINY --upstream-canvas-length 256 --layout L`."""
     upstream = UpstreamSettings(
         urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2
     )
-    return open_decider((), upstream=upstream, load=load)
+    return open_decider((), upstream=upstream, load=load, reading=ReadSettings(layout=layout_named(layout)))
 
 
 def close(decider: Decider) -> None:
@@ -154,6 +156,29 @@ def test_proxy_answers_equal_the_in_process_engine(
         assert 1 in reads and max(reads) > 1, "some questions should be re-read, others not"
 
 
+@pytest.mark.parametrize(("layout", "count"), [("prompt-per-canvas", 60), ("bare-single", 1)])
+def test_layouts_with_their_own_prompts_read_through_vllm_as_in_process(
+    standin: tuple[str, Standin], tiny_wide_checkpoint: Path, layout: str, count: int
+) -> None:
+    questions = mixed(count)
+    remote_decider = proxy_for(standin[0], tiny_wide_checkpoint, layout=layout)
+    local_decider = open_decider((str(tiny_wide_checkpoint),), reading=ReadSettings(layout=layout_named(layout)))
+    try:
+        job, sent = read_requests(remote_decider, standin[1], questions, seed=9, samples=1)
+        assert {tuple(body["prompt"]) for body in sent} == {prompt.ids for prompt in job.plan.prompts}
+        assert len(job.plan.prompts) == (2 if count > 1 else 1)
+        remote = remote_decider.ask(STATE, questions, seed=9, samples=1)
+        local = local_decider.ask(STATE, questions, seed=9, samples=1)
+    finally:
+        close(remote_decider)
+    assert remote["usage"] == local["usage"]
+    for key, answer in remote["answers"].items():  # type: ignore[union-attr]
+        probabilities = answer["probabilities"] if "probabilities" in answer else {"true": answer["noul"]}
+        expected = local["answers"][key]  # type: ignore[index]
+        wanted = expected["probabilities"] if "probabilities" in expected else {"true": expected["noul"]}
+        assert list(probabilities.values()) == pytest.approx(list(wanted.values()), abs=1e-5), key
+
+
 def read_requests(
     proxy: Decider, served: Standin, questions: dict[str, Any], **extensions: Any
 ) -> tuple[CanvasJob, list[dict[str, Any]]]:
@@ -211,11 +236,11 @@ def test_requests_carry_vllms_fields_and_the_planned_canvases(
     seen = set()
     for body in sent:
         check_fields(body)
-        assert body["prompt"] == list(job.plan.prompt_ids)
-        assert body["prompt"][-len(thought) :] == thought, "the empty thought block ends the prompt, not the canvas"
-        assert thought[0] not in body["vllm_xargs"]["diffusion_seed_canvas"]
         c, r = expected[tuple(body["vllm_xargs"]["diffusion_seed_canvas"])]
         seen.add((c, r))
+        assert body["prompt"] == list(job.plan.prompt(job.plan.canvases[c]).ids)
+        assert body["prompt"][-len(thought) :] == thought, "the empty thought block ends the prompt, not the canvas"
+        assert thought[0] not in body["vllm_xargs"]["diffusion_seed_canvas"]
         slots = [job.plan.questions[q] for q in job.plan.canvases[c].questions]
         assert set(body["logprob_token_ids"]) == {i for planned in slots for i in planned.label_ids}
     assert len(seen) == len(sent), "every read is sent once, each with its own noise"

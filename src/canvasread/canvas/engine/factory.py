@@ -11,7 +11,7 @@ from canvasread.backends.base import AnyBackend
 from canvasread.backends.replicas import ReplicaSet
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
-from canvasread.canvas.plan import ImageTokens
+from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader
 from canvasread.types import Capabilities, ModelCard
 

@@ -4,7 +4,8 @@ Pure functions shared by every backend, so the wire shape cannot drift
 between models: noul has no confidence, choice and score do, score is the
 expected level, a box is its four expected edges, and numbers are rounded
 only at the very end (the hosted API computes the score before rounding, and
-so do we).
+so do we). Span and spans answers (canvasread extensions) carry pieces of the
+state by character offsets.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from canvasread.types import Distribution, JSONValue, Question
+from canvasread.types import Distribution, Found, JSONValue, Question
 
 
 def confidence(probabilities: Sequence[float]) -> float:
@@ -72,7 +73,23 @@ def answer_confidence(question: Question, distribution: Distribution) -> float:
     """The confidence that `min_confidence` is compared against, for any kind of question."""
     if question.kind == "box":
         return box_confidence(distribution.edges)
+    if distribution.found is not None:
+        return distribution.found.confidence
     return confidence(distribution.probabilities)
+
+
+def span_answer(question: Question, found: Found, decimals: int | None) -> dict[str, JSONValue]:
+    """A span: its one piece, or not found (`""` at 0, 0, still `state[start:end]`); spans: every piece."""
+    pieces: list[JSONValue] = [
+        {"text": p.text, "start": p.start, "end": p.end, "confidence": _round(p.confidence, decimals)}
+        for p in found.pieces
+    ]
+    score = _round(found.confidence, decimals)
+    if question.kind == "spans":
+        return {"type": "spans", "spans": pieces, "confidence": score, "complete": found.complete}
+    first = found.pieces[0] if found.pieces else None
+    text, start, end = (first.text, first.start, first.end) if first is not None else ("", 0, 0)
+    return {"type": "span", "found": first is not None, "text": text, "start": start, "end": end, "confidence": score}
 
 
 def _round(value: float, decimals: int | None) -> float:
@@ -100,6 +117,8 @@ def build_answer(
             "confidence": _round(confidence(probabilities), decimals),
             "probabilities": {name: _round(p, decimals) for name, p in zip(names, probabilities, strict=True)},
         }
+    elif distribution.found is not None:
+        answer = span_answer(question, distribution.found, decimals)
     elif question.kind == "box":
         answer = {
             "type": "box",

@@ -147,8 +147,10 @@ class Calibration:
 
 def calibrate(calibration: Calibration | None, question: Question, distribution: Distribution) -> Distribution:
     """Apply the question's bucket temperature, and say in the details whether it was applied and which."""
-    temperature = None if calibration is None else calibration.temperature_for(question.kind, len(question.options))
-    if temperature is None:  # box questions have no bucket: their edges pass through
+    temperature = None
+    if calibration is not None and question.options:
+        temperature = calibration.temperature_for(question.kind, len(question.options))
+    if temperature is None:  # questions without options (box, span) have no bucket: their answers pass through
         return replace(distribution, details={**distribution.details, "calibrated": False})
     return replace(
         distribution,

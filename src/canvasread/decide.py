@@ -32,7 +32,16 @@ from canvasread.errors import (
 )
 from canvasread.rotation import plan_rotations
 from canvasread.stages.run import Stage, StageRun
-from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
+from canvasread.types import (
+    SPAN_KINDS,
+    DecisionRequest,
+    DecisionResult,
+    Distribution,
+    JSONValue,
+    ModelCard,
+    Question,
+    Usage,
+)
 from canvasread.wire import check_option_counts, parse_request
 
 logger = logging.getLogger(__name__)
@@ -361,6 +370,11 @@ class Decider:
     def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
         capabilities = card.capabilities
         problems = [p for q in request.questions if q.kind == "box" for p in _box_problems(card, request, q.key)]
+        problems += [
+            FieldProblem(("body", "questions", q.key), f"model {card.name} cannot answer {q.kind} questions")
+            for q in request.questions
+            if q.kind in SPAN_KINDS and not capabilities.spans
+        ]
         if request.assets and not capabilities.images:
             problems.append(
                 FieldProblem(

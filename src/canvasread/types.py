@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 JSONValue: TypeAlias = "str | int | float | bool | dict[str, JSONValue] | list[JSONValue] | None"
-QuestionKind: TypeAlias = Literal["noul", "choice", "score", "box"]
+QuestionKind: TypeAlias = Literal["noul", "choice", "score", "box", "span", "spans"]
+# Question kinds answered with pieces of the state's own text (canvasread extensions), not with options.
+SPAN_KINDS = ("span", "spans")
 OrderMode: TypeAlias = Literal["as-given", "rotate"]
 Samples: TypeAlias = "int | Literal['auto']"
 ImageFormat: TypeAlias = Literal["png", "jpeg"]
@@ -43,7 +45,8 @@ class Question:
 
     `options` is the answer space in the caller's order: `("true", "false")`
     for a noul, the criteria keys for a choice, `"0".."N-1"` for a score, and
-    none for a box (its answer is four edges, see `Distribution.edges`).
+    none for a box (its answer is four edges, see `Distribution.edges`) or a
+    span/spans question (its answer is pieces of the state, see `Distribution.found`).
     `depends_on` and `ask_if` name other questions of the request (see
     `canvasread.stages`); `alone` asks for a canvas of its own.
     """
@@ -102,6 +105,31 @@ class DecisionRequest:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """A piece of the state's own text: `state[start:end] == text` (character offsets), and the read's belief in it."""
+
+    text: str
+    start: int
+    end: int
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a span or spans question found, in reading order (by `start`).
+
+    `confidence` is the answer's: a span's is its piece's (or, with no piece,
+    that of "not found"); a spans answer's is the lowest of its decisions (each
+    piece and the final "no more"). `complete` is False when the cap on pieces
+    ended the search before the model said there were no more.
+    """
+
+    pieces: tuple[Piece, ...]
+    confidence: float
+    complete: bool = True
+
+
+@dataclass(frozen=True)
 class Distribution:
     """A probability distribution over one question's options, in option order.
 
@@ -113,12 +141,15 @@ class Distribution:
     A box question has no options; its `edges` are four distributions (top,
     bottom, left, right), each over evenly spaced positions from 0 to 1: entry
     k of n is the edge at k / (n − 1) of the image's height or width.
+
+    A span or spans question has no options either; `found` holds its pieces.
     """
 
     probabilities: tuple[float, ...]
     details: Mapping[str, JSONValue] = field(default_factory=dict)
     reads: int | None = None
     edges: tuple[tuple[float, ...], ...] = ()
+    found: Found | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +179,8 @@ class Capabilities:
     """What a backend can take; the HTTP layer turns violations into clear 422s."""
 
     images: bool = False
+    # span/spans questions need a model that reads the state's own tokens back (the canvas backends).
+    spans: bool = False
     max_options: int = 255
     max_levels: int = 10
     # Denoising steps a read may take: 1 for a model without a denoiser (the embedded one).

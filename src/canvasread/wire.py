@@ -14,12 +14,13 @@ import io
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
     MAX_STEPS,
+    SPAN_KINDS,
     Condition,
     DecisionRequest,
     ImageAsset,
@@ -96,7 +97,31 @@ class BoxQuestion(_QuestionBase):
     type: Literal["box"]
 
 
-AnyWireQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion
+class _SpanQuestionBase(_QuestionBase):
+    instructions: Content = Field(description="What to find in the state.")
+    criteria: Any = Field(None, description="Not allowed: the answers are pieces of the state, not options.")
+
+    @field_validator("criteria")
+    @classmethod
+    def _no_criteria(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("span questions take no criteria: their answers are pieces of the state's own text")
+        return value
+
+
+class SpanQuestion(_SpanQuestionBase):
+    """canvasread extension: the piece of the (text) state the instructions ask for, by character offsets."""
+
+    type: Literal["span"]
+
+
+class SpansQuestion(_SpanQuestionBase):
+    """canvasread extension: every piece of the (text) state the instructions ask for."""
+
+    type: Literal["spans"]
+
+
+AnyWireQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion | SpanQuestion | SpansQuestion
 WireQuestion = Annotated[AnyWireQuestion, Field(discriminator="type")]
 
 
@@ -175,6 +200,33 @@ class BoxAnswer(_AnswerExtras):
     confidence: float | None = Field(description="From 0 to 1; null when the model gives none.")
 
 
+class SpanAnswer(_AnswerExtras):
+    """canvasread extension: `text` is `state[start:end]` (character offsets); not found: "", 0, 0."""
+
+    type: Literal["span"]
+    found: bool
+    text: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    confidence: float
+
+
+class SpanPiece(_WireModel):
+    text: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    confidence: float
+
+
+class SpansAnswer(_AnswerExtras):
+    """canvasread extension: every piece found, by `start`; `complete` is false when the cap on pieces was hit."""
+
+    type: Literal["spans"]
+    spans: list[SpanPiece]
+    confidence: float
+    complete: bool
+
+
 class WireUsage(_WireModel):
     input_tokens: int
     output_tokens: int
@@ -190,11 +242,12 @@ class SkippedQuestion(_WireModel):
     values: list[bool | str | int] | None = Field(None, description="The ask_if values it had to be among.")
 
 
+AnyAnswer = NoulAnswer | ChoiceAnswer | ScoreAnswer | BoxAnswer | SpanAnswer | SpansAnswer
+
+
 class SystemOneResponse(_WireModel):
     model: str
-    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer | BoxAnswer, Field(discriminator="type")]] = (
-        Field(min_length=1)
-    )
+    answers: dict[str, Annotated[AnyAnswer, Field(discriminator="type")]] = Field(min_length=1)
     usage: WireUsage
     skipped: dict[str, SkippedQuestion] | None = Field(
         None,
@@ -245,11 +298,30 @@ def parse_request(
         wire = SystemOneRequest.model_validate(payload)
     except ValidationError as error:
         raise InvalidRequest(problems_from(error)) from None
+    _check_span_state(wire)
     assets = _decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
     options = RequestOptions(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps)
     return wire.model, DecisionRequest(wire.state, questions, assets, options)
+
+
+def _check_span_state(wire: SystemOneRequest) -> None:
+    """Span answers are character offsets into the state, so a span question needs the state to be text."""
+    if isinstance(wire.state, str):
+        return
+    kind = "an object" if isinstance(wire.state, dict) else "an array"
+    problems = [
+        FieldProblem(
+            ("body", "questions", key, question.type),
+            f"a {question.type} question answers with character offsets into a text state; this state is {kind} "
+            "(send the text to search as the state)",
+        )
+        for key, question in wire.questions.items()
+        if question.type in SPAN_KINDS
+    ]
+    if problems:
+        raise InvalidRequest(problems)
 
 
 def description(value: JSONValue) -> JSONValue:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from sparrow_decider import Decider as SparrowLibrary
@@ -155,3 +156,18 @@ def test_a_small_request_is_answered_while_a_huge_one_is_still_being_read() -> N
             await decider.stop(5.0)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("kind", ["span", "spans"])
+def test_span_questions_are_a_422_naming_the_model(sparrow_server: str, kind: str) -> None:
+
+    body = {
+        "model": "default",
+        "state": "Refund Zoë for order 1182.",
+        "questions": {"who": {"type": kind, "instructions": "Who?"}, "ok": {"type": "noul", "instructions": "Ok?"}},
+    }
+    response = httpx.post(sparrow_server + "/v1/systemone", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "questions", "who"]
+    assert problem["msg"] == f"model sparrow-nano-general-v1.1 cannot answer {kind} questions"

@@ -9,6 +9,7 @@ share every line here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -18,12 +19,15 @@ from dataclasses import dataclass
 
 from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
-from canvasread.canvas.plan import PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
-from canvasread.canvas.prompt import ImageTokens
+from canvasread.canvas.plan import CANVAS_TAIL, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
+from canvasread.canvas.prompt import ImageTokens, as_text
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
+from canvasread.canvas.span_search import SpanSearch, search_all
+from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens, markers_for
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.types import (
+    SPAN_KINDS,
     DecisionRequest,
     DecisionResult,
     Distribution,
@@ -70,6 +74,8 @@ class CanvasJob:
     request: DecisionRequest
     plan: ReadPlan
     seed: int
+    # The state's own tokens, for span questions (None when the request has none).
+    state: StateTokens | None = None
 
 
 class CanvasBackend:
@@ -83,6 +89,7 @@ class CanvasBackend:
         self.settings = settings
         self._runtime: CanvasRuntime | None = None
         self._planner: Planner | None = None
+        self._markers: dict[str, Markers] = {}
         self._rereads = 0
 
     @property
@@ -106,6 +113,7 @@ class CanvasBackend:
             images=runtime.images,
             layout=self.settings.layout,
         )
+        self._markers = {kind: markers_for(runtime.tokenizer, kind, CANVAS_TAIL) for kind in SPAN_KINDS}
         self._runtime = runtime
 
     def counters(self) -> dict[str, float]:
@@ -118,7 +126,11 @@ class CanvasBackend:
         """Plan on the request's own thread, so a question that cannot be labelled never reaches a batch."""
         assert self._planner is not None, "prepare() before load()"
         seed = request.options.seed if request.options.seed is not None else secrets.randbits(63)
-        return CanvasJob(request, self._planner.plan(request), seed)
+        plan = self._planner.plan(request)
+        state = None
+        if any(question.kind in SPAN_KINDS for question in request.questions):
+            state = StateTokens.of(self._planner.tokenizer, as_text(request.state))
+        return CanvasJob(request, plan, seed, state)
 
     def cost(self, job: CanvasJob) -> JobCost:
         """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels."""
@@ -136,7 +148,8 @@ class CanvasBackend:
             (j, c, r)
             for j, job in enumerate(jobs)
             for r in range(self._initial_reads(job))
-            for c in range(len(job.plan.canvases))
+            for c, canvas in enumerate(job.plan.canvases)
+            if not _is_blank(job, canvas)
         ]
         self._read(jobs, first_reads, readings, only=None)
         for read_number in range(1, self.settings.max_auto_reads):
@@ -145,7 +158,8 @@ class CanvasBackend:
                 for j, job in enumerate(jobs)
                 if job.request.options.samples == "auto"
                 for q, planned in enumerate(job.plan.questions)
-                if any(
+                if planned.question.kind not in SPAN_KINDS
+                and any(
                     needs_another_read(
                         readings[j][q][s],
                         entropy_threshold=self.settings.reread_entropy,
@@ -160,8 +174,46 @@ class CanvasBackend:
             again = [(j, c, read_number) for j, c in canvases]
             self._read(jobs, again, readings, only=uncertain)
             self._rereads += len(uncertain)
+        searches = self._search_spans(jobs)
         elapsed_ms = (time.monotonic() - started) * 1000.0
-        return [self._result(job, readings[j], elapsed_ms) for j, job in enumerate(jobs)]
+        return [self._result(job, readings[j], searches[j], elapsed_ms) for j, job in enumerate(jobs)]
+
+    def _search_spans(self, jobs: Sequence[CanvasJob]) -> list[dict[int, SpanSearch]]:
+        """Every span question of the batch, searched round by round (`canvasread.canvas.span_search`)."""
+        runtime = self._runtime
+        assert runtime is not None
+        found: list[dict[int, SpanSearch]] = []
+        for job in jobs:
+            searches = (self._span_search(job, planned) for planned in job.plan.questions)
+            found.append({q: search for q, search in enumerate(searches) if search is not None})
+        for kind, markers in self._markers.items():
+            chosen = [s for searches in found for s in searches.values() if s.kind == kind]
+            search_all(chosen, runtime.reader, markers, runtime.tokenizer.vocab_size)
+        return found
+
+    def _span_search(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
+        if planned.question.kind not in SPAN_KINDS or job.state is None:
+            return None
+        canvas = job.plan.canvases[planned.canvas]
+        read = functools.partial(self._blank_read, job, canvas)
+        samples = self._initial_reads(job)
+        return SpanSearch(
+            planned.question.kind, job.state, canvas.ids, planned.position, planned.digest, job.seed, samples, read
+        )
+
+    def _span_steps(self, job: CanvasJob) -> int:
+        return min(max(job.request.options.steps, SPAN_STEPS), self._card.capabilities.max_steps)
+
+    def _blank_read(
+        self, job: CanvasJob, canvas: PlannedCanvas, canvas_ids: tuple[int, ...], slots: tuple[Slot, ...]
+    ) -> CanvasRead:
+        """A blank's read: at least `SPAN_STEPS` steps (the request's `steps` when more), as many as the model can.
+
+        Its noise already differs from read to read and round to round, so it seeds the steps' draws.
+        """
+        prompt = job.plan.prompt(canvas)
+        steps, seed = self._span_steps(job), _step_seed(job.seed, 0, canvas_ids)
+        return CanvasRead(prompt.ids, prompt.prefix_length, canvas_ids, slots, prompt.images, steps, seed)
 
     @staticmethod
     def _initial_reads(job: CanvasJob) -> int:
@@ -199,16 +251,27 @@ class CanvasBackend:
         prompt = job.plan.prompt(canvas)
         return CanvasRead(prompt.ids, prompt.prefix_length, ids, slots, prompt.images, steps, seed)
 
-    def _result(self, job: CanvasJob, readings: list[list[list[SlotReading]]], elapsed_ms: float) -> DecisionResult:
+    def _result(
+        self,
+        job: CanvasJob,
+        readings: list[list[list[SlotReading]]],
+        searches: dict[int, SpanSearch],
+        elapsed_ms: float,
+    ) -> DecisionResult:
         distributions = []
-        for planned, question_readings in zip(job.plan.questions, readings, strict=True):
+        for q, (planned, question_readings) in enumerate(zip(job.plan.questions, readings, strict=True)):
             canvas = job.plan.canvases[planned.canvas]
+            if q in searches:
+                details: dict[str, JSONValue] = {"canvas": planned.canvas, "layout": self.settings.layout.name}
+                details |= {"steps": self._span_steps(job), "batch_ms": elapsed_ms}
+                distributions.append(searches[q].distribution(details))
+                continue
             if planned.question.kind == "box":
                 steps = job.request.options.steps
                 distributions.append(_box_distribution(planned, question_readings, len(canvas.ids), elapsed_ms, steps))
                 continue
             combined = combine(question_readings[0])
-            details: dict[str, JSONValue] = {
+            details = {
                 "slot": {"canvas": planned.canvas, "position": planned.position, "width": len(canvas.ids)},
                 "labels": dict(zip(planned.question.option_names, planned.labels, strict=True)),
                 "label_mass": combined.label_mass,
@@ -230,6 +293,11 @@ def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:
     """The seed of a multi-step read's random draws: the request's seed, the read number and the noisy canvas."""
     material = json.dumps([seed, read, list(canvas_ids)])
     return int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big") >> 1
+
+
+def _is_blank(job: CanvasJob, canvas: PlannedCanvas) -> bool:
+    """A span question's canvas: read by the span search, not as label slots."""
+    return job.plan.questions[canvas.questions[0]].question.kind in SPAN_KINDS
 
 
 def _box_distribution(

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas import box
+from canvasread.canvas import box, spans
 from canvasread.canvas.labels import (
     LabelError,
     SlotSpec,
@@ -45,7 +45,7 @@ from canvasread.canvas.prompt import (
 )
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.types import DecisionRequest, Question
+from canvasread.types import SPAN_KINDS, DecisionRequest, Question
 
 CANVAS_TAIL = "<turn|>"
 # Canvas widths are rounded up to a multiple of 16: fewer distinct shapes for kernels and CUDA graphs.
@@ -184,10 +184,13 @@ class Planner:
     def _build_layout(self, questions: Sequence[Question]) -> Layout:
         compact = len(questions) > COMPACT_AFTER or not all(SIMPLE_KEY.fullmatch(q.key) for q in questions)
         names = [str(i + 1) if compact else q.key for i, q in enumerate(questions)]
-        bare = self.read_layout.single == "bare" and len(questions) == 1
+        bare = self.read_layout.single == "bare" and len(questions) == 1 and questions[0].kind not in SPAN_KINDS
         starts = ["" if bare else f"{name}: " for name in names]
         labels: list[list[str]] = []
         for question in questions:
+            if question.kind in SPAN_KINDS:  # no labels: the blank is read at the state's own tokens
+                labels.append([])
+                continue
             try:
                 labels.append(initial_labels(question.kind, question.option_names, self._pool))
             except LabelError as error:
@@ -197,8 +200,13 @@ class Planner:
         planned: dict[int, PlannedQuestion] = {}
         canvases = []
         for canvas_index, group in enumerate(groups):
-            ids, verified = self._verify(questions, starts, labels, group)
-            width = min(self.canvas_length, math.ceil((len(ids) + MIN_PADDING) / CANVAS_ALIGN) * CANVAS_ALIGN)
+            first = questions[group[0]]
+            if first.kind in SPAN_KINDS:
+                ids, verified = self._blank(first, names[group[0]])
+            else:
+                ids, verified = self._verify(questions, starts, labels, group)
+            room = spans.BLANK_TOKENS.get(first.kind, MIN_PADDING)
+            width = min(self.canvas_length, math.ceil((len(ids) + room) / CANVAS_ALIGN) * CANVAS_ALIGN)
             if len(ids) + MIN_PADDING > self.canvas_length:
                 raise InvalidRequest.at(("body", "questions"), "a question's answer line does not fit in a canvas")
             padded = tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids))
@@ -219,10 +227,11 @@ class Planner:
 
         A question marked `alone` gets a canvas (so a read) of its own: neighbours on one canvas
         influence each other's slots. Its prompt still lists every question of the request, unless the
-        layout gives each canvas a prompt of its own.
+        layout gives each canvas a prompt of its own. A span question is always alone: its blank runs to the end
+        of its canvas.
         """
         lines = [
-            f"{start}{''.join(text + ls[0] for text in _slot_texts(question))}\n"
+            f"{start}{''.join(text + ls[0] for text in _slot_texts(question))}\n" if ls else f"{start}\n"
             for start, ls, question in zip(starts, labels, questions, strict=True)
         ]
         sizes = [len(ids) + 1 for ids in self.tokenizer.encode_batch(lines)]
@@ -230,13 +239,20 @@ class Planner:
         groups: list[list[int]] = [[]]
         used = 0
         for index, size in enumerate(sizes):
-            shared = not questions[index].alone and not (index and questions[index - 1].alone)
+            shared = not _alone(questions[index]) and not (index and _alone(questions[index - 1]))
             if groups[-1] and (used + size > budget or not shared):
                 groups.append([])
                 used = 0
             groups[-1].append(index)
             used += size
         return groups
+
+    def _blank(self, question: Question, name: str) -> tuple[list[int], list[tuple[VerifiedSlot, ...]]]:
+        """A span question's canvas: `name:`, then the blank (one slot, without labels, marks where it starts)."""
+        ids = self.tokenizer.encode(f"{self._head}{name}:")
+        if len(ids) + spans.MIN_BLANK > self.canvas_length:
+            raise InvalidRequest.at(("body", "questions", question.key), "the question's name leaves no room to answer")
+        return ids, [(VerifiedSlot(len(ids), (), ()),)]
 
     def _verify(
         self, questions: Sequence[Question], starts: Sequence[str], labels: list[list[str]], group: Sequence[int]
@@ -282,6 +298,10 @@ def _lines_system(questions: Sequence[PlannedQuestion], compact: bool) -> str:
     blocks = [LINES_INTRO]
     blocks += [question_block(planned.question, planned.name, planned.labels, compact=compact) for planned in questions]
     return "\n\n".join(blocks)
+
+
+def _alone(question: Question) -> bool:
+    return question.alone or question.kind in SPAN_KINDS
 
 
 def _slot_texts(question: Question) -> list[str]:

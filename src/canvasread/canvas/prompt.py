@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas import box
+from canvasread.canvas import box, spans
 from canvasread.canvas.reader import PromptImage
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import InvalidRequest
@@ -41,6 +41,8 @@ KIND_HEADERS = {
     "choice": "choose one",
     "score": "score from 0 (lowest) to {top}",
     "box": "locate",
+    "span": "copy the piece of the state that answers",
+    "spans": "copy every piece of the state that answers",
 }
 
 
@@ -87,6 +89,7 @@ def question_block(question: Question, name: str, labels: Iterable[str], *, comp
         lines.append(f"Instructions: {as_text(question.instructions)}")
     if question.kind == "box":
         lines.append(box.GUIDE)
+    lines += [spans.GUIDES[question.kind]] if question.kind in spans.GUIDES else []
     for label, option in zip(labels, question.options, strict=False):  # a box has no options
         lines.append(f"{label}: {_describe(question, option.name, option.description)}")
     return "\n".join(lines)

@@ -70,6 +70,8 @@ def _value_problem(target: Question, value: AskIfValue) -> str | None:
     names = target.option_names
     if target.kind == "box":
         return f"{target.key!r} is a box: its answer is four edges, which ask_if cannot test"
+    if target.kind in ("span", "spans"):
+        return f"{target.key!r} is a {target.kind}: its answer is pieces of the state, which ask_if cannot test"
     if target.kind == "noul":
         return None if isinstance(value, bool) else f"{target.key!r} is a noul: its answers are true and false"
     if target.kind == "choice":

@@ -10,6 +10,7 @@ text is the question's own instructions, a blank line, then
     - `team` (Which team?): billing, probability 0.81
     - `anger` (How angry?): level 2 of 0-2 (furious), probability 0.80, expected score 1.73
     - `logo` (Logo?): box at top 0.10, bottom 0.35, left 0.60, right 0.90 (fractions of the image), confidence 0.72
+    - `city` (Which city?): "Paris" (characters 24-29 of the state), confidence 0.91
 
 one line per `depends_on` entry, in the order given, with the calibrated
 probabilities the caller sees (two decimals). Because this is content, the
@@ -19,8 +20,9 @@ A question is skipped, and never read, when a question it waits on was
 skipped, or when an `ask_if` does not hold: the named question's answer (a
 noul's side, a choice's option, a score's most probable level) is not among
 the values, or that answer abstained (below its `min_confidence`). Every
-`ask_if` entry must hold. A box's answer is four edges, which no `ask_if`
-value names, so `ask_if` cannot name a box (422).
+`ask_if` entry must hold. A box's answer is four edges and a span's is
+pieces of text, which no `ask_if` value names, so `ask_if` cannot name a box
+or a span (422).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from canvasread.answers import answer_confidence, box_confidence, box_edges, expected_score, top_index
 from canvasread.stages.graph import is_staged, prerequisites, stage_numbers
-from canvasread.types import AskIfValue, DecisionRequest, Distribution, JSONValue, Question
+from canvasread.types import AskIfValue, DecisionRequest, Distribution, Found, JSONValue, Question
 
 CONTEXT_HEADER = "Answers already given about this state:"
 
@@ -62,6 +64,8 @@ class Given:
     def line(self) -> str:
         question = self.question
         about = "" if question.instructions is None else f" ({_text(question.instructions)})"
+        if self.distribution.found is not None:
+            return f"- `{question.key}`{about}: {_pieces(self.distribution.found)}"
         if question.kind == "box":
             edges = ", ".join(f"{edge} {at:.2f}" for edge, at in box_edges(self.distribution.edges).items())
             confident = box_confidence(self.distribution.edges)
@@ -179,3 +183,14 @@ class StageRun:
 def _text(value: JSONValue) -> str:
     """Strings as they are, other JSON compact with non-ASCII kept (as the canvas prompt writes them)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _pieces(found: Found) -> str:
+    """A span or spans answer in words: each piece quoted with its offsets, or that none was found."""
+    if not found.pieces:
+        return f"nothing found, confidence {found.confidence:.2f}"
+    quoted = "; ".join(
+        f"{json.dumps(piece.text, ensure_ascii=False)} (characters {piece.start}-{piece.end} of the state)"
+        for piece in found.pieces
+    )
+    return f"{quoted}, confidence {found.confidence:.2f}"

@@ -365,3 +365,123 @@ def test_past_the_sliding_window_vllm_and_transformers_read_differently(
             got = got["probabilities"] if got["type"] != "noul" else {"p": got["noul"]}
             close_enough = list(got.values()) == pytest.approx(list(same.values()), abs=1e-5)
             assert close_enough is expected_equal, (key, semantics)
+
+
+DEPOTS = [
+    "north",
+    "south",
+    "east",
+    "west",
+    "harbour",
+    "airport",
+    "river",
+    "canal",
+    "bridge",
+    "tower",
+    "castle",
+    "meadow",
+    "orchard",
+    "quarry",
+    "station",
+    "garden",
+    "market",
+    "temple",
+    "valley",
+    "summit",
+    "forest",
+    "island",
+    "lagoon",
+    "desert",
+    "glacier",
+    "canyon",
+    "prairie",
+    "village",
+    "factory",
+    "mill",
+    "bakery",
+    "library",
+    "museum",
+    "theatre",
+    "stadium",
+    "hospital",
+    "school",
+    "college",
+    "chapel",
+    "lighthouse",
+    "pier",
+    "dock",
+    "wharf",
+    "arsenal",
+    "barracks",
+    "cottage",
+    "manor",
+    "palace",
+    "fortress",
+    "citadel",
+    "bazaar",
+    "plaza",
+    "avenue",
+    "boulevard",
+    "alley",
+    "tunnel",
+    "viaduct",
+    "aqueduct",
+    "reservoir",
+    "vineyard",
+    "ranch",
+    "dairy",
+    "granary",
+    "foundry",
+    "forge",
+    "tannery",
+    "brewery",
+    "distillery",
+    "pottery",
+]
+SPAN_STATE = (
+    "Zoë Brontë wrote on 3 March about order 1182: the parcel for 李雷 went to 12 Rue de Rivoli instead of "
+    + ", ".join(f"depot {word} ({word.upper()})" for word in DEPOTS)
+    + ". Please refund the courier fee 🦜 and call back before 9:30; ask for Ingrid, Mateus or Oluwaseun."
+)
+SPAN_QUESTIONS: dict[str, Any] = {
+    "who": {"type": "span", "instructions": "Who wrote?"},
+    "names": {"type": "spans", "instructions": "Every person named"},
+    "refund": noul("Is a refund asked for?"),
+}
+
+
+def test_span_answers_through_vllm_equal_the_in_process_engine(proxy: Decider, tiny_wide_decider: Decider) -> None:
+    body = {"seed": 23, "diagnostics": True, "samples": 1}
+    remote = proxy.ask(SPAN_STATE, SPAN_QUESTIONS, **body)["answers"]
+    local = tiny_wide_decider.ask(SPAN_STATE, SPAN_QUESTIONS, **body)["answers"]
+    for key in ("who", "names"):
+        got, want = remote[key], local[key]  # type: ignore[index]
+        pieces = got["spans"] if key == "names" else [got]
+        assert [(p["start"], p["end"], p["text"]) for p in pieces] == [
+            (p["start"], p["end"], p["text"]) for p in (want["spans"] if key == "names" else [want])
+        ]
+        assert all(SPAN_STATE[p["start"] : p["end"]] == p["text"] for p in pieces)
+        assert got["confidence"] == pytest.approx(want["confidence"], abs=1e-5), key
+        rounds = zip(got["diagnostics"]["rounds"], want["diagnostics"]["rounds"], strict=True)
+        for there, here in rounds:
+            assert there["mass"] == pytest.approx(here["mass"], rel=1e-3) and there["candidates"] == here["candidates"]
+
+
+def test_a_blank_read_asks_the_states_ids_in_groups_of_at_most_128(
+    proxy: Decider, standin: tuple[str, Standin]
+) -> None:
+    """vLLM takes at most 128 logprob_token_ids a request: one blank read is split over identical requests."""
+    backend = backend_of(proxy)
+    request = {"model": "dgemma", "state": SPAN_STATE, "questions": {"who": SPAN_QUESTIONS["who"]}, "seed": 2}
+    job = backend.prepare(parse_request({**request, "samples": 1})[1])
+    before = len(standin[1].requests)
+    backend.decide([job])
+    sent = standin[1].requests[before:]
+    assert job.state is not None and backend._runtime is not None
+    wanted = {*job.state.distinct_ids, *backend._runtime.tokenizer.encode("<turn|>")}  # the state's and the end's
+    assert len(wanted) > 128 and len(sent) == -(-len(wanted) // 128)
+    for body in sent:
+        check_fields(body)
+    asked = [set(body["logprob_token_ids"]) for body in sent]
+    assert set().union(*asked) == wanted and sum(map(len, asked)) == len(wanted)
+    assert len({tuple(body["vllm_xargs"]["diffusion_seed_canvas"]) for body in sent}) == 1

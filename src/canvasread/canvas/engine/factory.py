@@ -35,7 +35,9 @@ def canvas_backend_for_checkpoint(
         description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
         "request, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=not naive and _may_see_images(spec), max_options=255, max_levels=10),
+        capabilities=Capabilities(
+            images=not naive and _may_see_images(spec), spans=True, max_options=255, max_levels=10
+        ),
     )
 
     return CanvasBackend(card, functools.partial(load_runtime, spec, settings, naive=naive), reading)

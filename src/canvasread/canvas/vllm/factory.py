@@ -68,7 +68,7 @@ def canvas_backend_for_upstream(
         description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: one read-only denoising step "
         "per canvas, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=False, max_options=255, max_levels=10),
+        capabilities=Capabilities(images=False, spans=True, max_options=255, max_levels=10),
     )
 
     def load() -> CanvasRuntime:

@@ -1,0 +1,149 @@
+"""Span and spans questions on the tiny checkpoint: in process (the blank read equals a plain transformers
+forward of the same canvas) and through a live loopback server (every answer is `state[start:end]`, the SDK
+still parses the other answers, bad input is a 422 at the field)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from typesafe_sdk import Choice, TypeSafeClient
+
+from canvasread.canvas.backend import CanvasBackend
+from canvasread.canvas.plan import CANVAS_TAIL
+from canvasread.canvas.spans import StateTokens, markers_for, score_blank
+from canvasread.decide import Decider
+from canvasread.wire import SpanAnswer, SpansAnswer, parse_request
+
+STATE = "Order 1182 was charged twice to Zoë Brontë; please refund 李雷 before 9:30 🦜 tomorrow."
+QUESTIONS: dict[str, Any] = {
+    "who": {"type": "span", "instructions": "Who should be refunded?"},
+    "names": {"type": "spans", "instructions": "Every person named"},
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": None}},
+}
+
+
+def backend_of(decider: Decider) -> CanvasBackend:
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend)
+    return backend
+
+
+def check_pieces(state: str, answer: dict[str, Any]) -> None:
+    """Every piece is the state's own text at its offsets, in reading order, with a confidence in [0, 1]."""
+    pieces = answer["spans"] if answer["type"] == "spans" else [answer]
+    for piece in pieces:
+        assert state[piece["start"] : piece["end"]] == piece["text"]
+        assert 0.0 <= piece["confidence"] <= 1.0
+    assert [p["start"] for p in pieces] == sorted(p["start"] for p in pieces)
+    if answer["type"] == "span":
+        SpanAnswer.model_validate(answer)
+        assert answer["found"] == bool(answer["text"])
+    else:
+        SpansAnswer.model_validate(answer)
+
+
+def test_a_blank_read_equals_a_plain_forward_of_the_same_canvas(tiny_decider: Decider) -> None:
+    """Round 0 of each span question, rebuilt from the documented noise, scored from transformers' logits."""
+    backend = backend_of(tiny_decider)
+    runtime = backend._runtime
+    assert runtime is not None
+    model = runtime.reader.runner.model  # type: ignore[attr-defined]
+    _, request = parse_request({"model": "default", "state": STATE, "questions": QUESTIONS, "seed": 5, "samples": 1})
+    job = backend.prepare(request)
+    [result] = backend.decide([job])
+    state = StateTokens.of(runtime.tokenizer, STATE)
+    for q, key in enumerate(("who", "names")):
+        planned = job.plan.questions[q]
+        canvas = job.plan.canvases[planned.canvas]
+        start = planned.position
+        material = f"5|0|{planned.digest}|round0"
+        rng = random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big"))
+        ids = canvas.ids[:start] + tuple(rng.randrange(runtime.tokenizer.vocab_size) for _ in canvas.ids[start:])
+        distribution = result.distributions[q]
+        assert distribution.details["steps"] == 1, "multi-step reads are held to transformers' loop in the steps tests"
+        with torch.no_grad():
+            prompt = job.plan.prompt(canvas).ids
+            out = model(input_ids=torch.tensor([prompt]), decoder_input_ids=torch.tensor([ids]))
+        logprobs = torch.log_softmax(out.logits[0].float(), dim=-1)
+        markers = markers_for(runtime.tokenizer, planned.question.kind, CANVAS_TAIL)
+        wanted = sorted({*state.distinct_ids, markers.stop, *markers.ends})
+        rows = [dict(zip(wanted, logprobs[p, wanted].tolist(), strict=True)) for p in range(start, len(ids))]
+        expected = score_blank(state, rows, markers)
+        rounds = distribution.details["rounds"]
+        assert isinstance(rounds, list) and isinstance(rounds[0], dict)
+        assert rounds[0]["confidence"] == pytest.approx(expected.confidence, abs=1e-5), key
+        assert rounds[0]["mass"] == pytest.approx(expected.mass, rel=1e-3), key
+        found = distribution.found
+        assert found is not None
+        offsets = {(p.start, p.end) for p in found.pieces}
+        if expected.best is None:
+            assert offsets == set(), key
+        else:
+            assert state.piece(*expected.best)[1:] in offsets, key
+
+
+def test_the_same_seed_gives_the_same_pieces(tiny_decider: Decider) -> None:
+    both = tiny_decider.ask(STATE, QUESTIONS, seed=9)
+    again = tiny_decider.ask(STATE, QUESTIONS, seed=9)
+    assert both["answers"] == again["answers"]
+    for key in ("who", "names"):
+        check_pieces(STATE, both["answers"][key])  # type: ignore[arg-type,index]
+
+
+def test_answers_over_http_are_substrings_and_the_sdk_still_parses_the_rest(tiny_server: str) -> None:
+    with TypeSafeClient(base_url=tiny_server, api_key="local", timeout=120) as client:
+        result = client.system_one(
+            STATE,
+            {
+                "who": QUESTIONS["who"],
+                "names": QUESTIONS["names"],
+                "team": Choice(instructions="Which team?", criteria={"billing": None, "tech": None}),
+            },
+        )
+    assert set(result.answers) == {"team"}  # the SDK drops answer types it does not model, with a warning
+    assert sum(result.choices["team"].probabilities.values()) == pytest.approx(1.0)
+    raw = result.raw_http_response.json()["answers"]
+    assert list(raw) == ["who", "names", "team"]
+    check_pieces(STATE, raw["who"])
+    check_pieces(STATE, raw["names"])
+    body = {"model": "default", "state": STATE, "questions": QUESTIONS, "diagnostics": True, "samples": 2}
+    answer = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=120).json()["answers"]["who"]
+    check_pieces(STATE, answer)
+    assert answer["diagnostics"]["reads"] == 2 and answer["diagnostics"]["calibrated"] is False
+
+
+@pytest.mark.parametrize(
+    ("change", "loc", "message"),
+    [
+        ({"state": {"ticket": STATE}}, ["body", "questions", "who", "span"], "text state; this state is an object"),
+        ({"questions": {"who": {"type": "span"}}}, ["body", "questions", "who", "span", "instructions"], "required"),
+        (
+            {"questions": {"who": {"type": "spans", "instructions": "x", "criteria": ["a"]}}},
+            ["body", "questions", "who", "spans", "criteria"],
+            "take no criteria",
+        ),
+        (
+            {
+                "questions": {
+                    "who": {"type": "span", "instructions": "Who?"},
+                    "ok": {"type": "noul", "instructions": "Is it fine?", "ask_if": {"who": [True]}},
+                }
+            },
+            ["body", "questions", "ok", "noul", "ask_if", "who", 0],
+            "ask_if cannot test",
+        ),
+    ],
+)
+def test_bad_span_questions_are_a_422_at_the_field(
+    tiny_server: str, change: dict[str, Any], loc: list[Any], message: str
+) -> None:
+    body = {"model": "default", "state": STATE, "questions": {"who": QUESTIONS["who"]}, **change}
+    response = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == loc and message in problem["msg"]

@@ -21,7 +21,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from canvasread.backends.base import FunctionBackend
+from canvasread.backends.base import FunctionBackend, never_gone
 from canvasread.server.run import uvicorn_config
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
@@ -185,7 +185,7 @@ class Gate:
         self.release = threading.Event()
         self.batches: list[list[str]] = []
 
-    def __call__(self, jobs: Sequence[str]) -> list[str]:
+    def __call__(self, jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
         self.entered.set()
         assert self.release.wait(30), "the gate was never released"
         self.batches.append(list(jobs))

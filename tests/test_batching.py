@@ -7,12 +7,14 @@ happened before the next step, so a loaded machine only makes it slower.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 from helpers import Gate
 
+from canvasread.backends.base import never_gone
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.errors import BackendFailure, Overloaded
 from canvasread.types import JobCost
@@ -25,7 +27,7 @@ def ready(job: str) -> Callable[[], Awaitable[str]]:
     return prepare
 
 
-def upper(jobs: Sequence[str]) -> list[str]:
+def upper(jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
     return [job.upper() for job in jobs]
 
 
@@ -59,7 +61,7 @@ def test_two_closed_loop_clients_share_batches() -> None:
     """Each client sends its next job as soon as it has an answer; lingering keeps the two in step."""
     batches: list[int] = []
 
-    def run(jobs: Sequence[str]) -> list[str]:
+    def run(jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
         batches.append(len(jobs))
         return upper(jobs)
 
@@ -186,14 +188,14 @@ def test_a_full_queue_sheds_before_preparing() -> None:
 
 
 def test_a_failing_batch_is_rerun_job_by_job_so_only_the_poisonous_job_fails() -> None:
-    def run(jobs: Sequence[str]) -> list[str]:
+    def run(jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
         if "poison" in jobs:
             raise RuntimeError("model bug")
         return upper(jobs)
 
     async def scenario() -> list[object]:
         gate = Gate()
-        gated: BatchQueue[str, str] = BatchQueue(lambda jobs: gate(jobs) if jobs == ["hold"] else run(jobs))
+        gated: BatchQueue[str, str] = BatchQueue(lambda jobs, gone: gate(jobs) if jobs == ["hold"] else run(jobs))
         gated.start()
         hold = asyncio.create_task(gated.submit(ready("hold")))
         await until(gate.entered.is_set)
@@ -211,7 +213,7 @@ def test_a_failing_batch_is_rerun_job_by_job_so_only_the_poisonous_job_fails() -
 
 def test_a_backend_that_loses_results_fails_the_batch_instead_of_mismatching_answers() -> None:
     async def scenario() -> None:
-        queue: BatchQueue[str, str] = BatchQueue(lambda jobs: [])
+        queue: BatchQueue[str, str] = BatchQueue(lambda jobs, gone: [])
         queue.start()
         with pytest.raises(BackendFailure, match="0 results for 1 jobs"):
             await queue.submit(ready("a"))
@@ -281,3 +283,45 @@ def test_batch_settings_are_checked() -> None:
     for bad in ({"max_batch_tokens": 0}, {"max_pending": 0}, {"linger_s": -1.0}):
         with pytest.raises(ValueError):
             BatchSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_a_running_batch_is_told_when_a_caller_leaves_and_may_leave_its_job_off() -> None:
+    """Issue 16 item 6: `gone(i)` turns true for the job whose caller left mid-batch; its place is given back
+    when the batch ends, and the job that still has a caller gets its answer."""
+    started, carry_on = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    def run(jobs: Sequence[str], gone: Callable[[int], bool]) -> list[str | None]:
+        started.set()
+        assert carry_on.wait(30)
+        told.extend(gone(i) for i in range(len(jobs)))
+        return [None if gone(i) else job.upper() for i, job in enumerate(jobs)]
+
+    async def scenario() -> str:
+        queue: BatchQueue[str, str] = BatchQueue(run, BatchSettings(linger_s=30.0))
+        queue.start()
+        leaving = asyncio.create_task(queue.submit(ready("a")))
+        staying = asyncio.create_task(queue.submit(ready("b")))
+        await until(started.is_set)
+        leaving.cancel()
+        await asyncio.gather(leaving, return_exceptions=True)
+        assert queue.pending == 2, "the worker is still busy with the job that lost its caller"
+        carry_on.set()
+        answer = await staying
+        await until(lambda: queue.pending == 0)
+        await queue.stop()
+        return answer
+
+    assert asyncio.run(scenario()) == "B"
+    assert told == [True, False]
+
+
+def test_a_job_left_off_while_its_caller_waits_is_a_backend_failure() -> None:
+    async def scenario() -> None:
+        queue: BatchQueue[str, str] = BatchQueue(lambda jobs, gone: [None for _ in jobs])
+        queue.start()
+        with pytest.raises(BackendFailure, match="left off"):
+            await queue.submit(ready("a"))
+        await queue.stop()
+
+    asyncio.run(scenario())

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from canvasread.backends.base import FunctionBackend
+from canvasread.backends.base import FunctionBackend, Gone, never_gone
 from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
@@ -160,10 +160,10 @@ def test_noul_and_score_questions_are_read_once_and_rotations_are_reported() -> 
 
 def test_rotated_read_details_are_kept_and_read_counts_summed() -> None:
     class Detailed(FunctionBackend):
-        def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+        def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
             return [
                 DecisionResult(tuple(replace(d, details={"reads": 2}, reads=2) for d in r.distributions), r.usage)
-                for r in super().decide(jobs)
+                for r in super().decide(jobs, gone)
             ]
 
     decider = _loaded(Detailed(position_biased))

@@ -7,7 +7,8 @@ the next batch, so throughput grows with load while a lone job starts at once.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
 dropped before they run; one whose caller leaves while its batch runs still
 counts as pending until the batch ends, because the worker is still busy with
-it. When a batch raises, each of its jobs is run again alone, so one
+it, and the batch function is told (its `gone` argument) so it can stop that
+job's work at its next step. When a batch raises, each of its jobs is run again alone, so one
 poisonous request cannot fail the requests that shared its batch.
 """
 
@@ -28,6 +29,8 @@ from canvasread.types import JobCost
 logger = logging.getLogger(__name__)
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")
+# A batch function: the jobs, and `gone(i)` (has job i's caller left?); one result per job, None only if gone.
+RunBatch = Callable[[Sequence[JobT], Callable[[int], bool]], Sequence[ResultT | None]]
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     def __init__(
         self,
-        run_batch: Callable[[Sequence[JobT]], list[ResultT]],
+        run_batch: RunBatch[JobT, ResultT],
         settings: BatchSettings = BatchSettings(),
         *,
         name: str = "backend",
@@ -244,7 +247,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         try:
             try:
                 results = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._run_batch, [i.job for i in live]
+                    self._executor, self._run_batch, [i.job for i in live], lambda index: live[index].abandoned
                 )
             finally:
                 self._stopped_running(live)
@@ -269,7 +272,11 @@ class BatchQueue(Generic[JobT, ResultT]):
         else:
             self._record(len(live), time.monotonic() - started)
             for item, result in zip(live, results, strict=True):
-                if not item.future.done():
+                if item.future.done():
+                    continue
+                if result is None:
+                    item.future.set_exception(BackendFailure(f"{self.name} left off a request whose caller waits"))
+                else:
                     item.future.set_result(result)
 
     def _stopped_running(self, items: Sequence[_Pending[JobT, ResultT]]) -> None:

@@ -148,6 +148,7 @@ class DecisionRun:
             if stage.request.questions:
                 rotations = plan_rotations(stage.request)
                 [read] = backend.decide([backend.prepare(rotations.request)])
+                assert read is not None, "a synchronous caller never leaves, so no job is left off"
                 result = rotations.fold(read)
             yield self._record(stage, result)
 

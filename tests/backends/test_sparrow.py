@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sparrow_decider import Decider as SparrowLibrary
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.backends.sparrow import SparrowBackend, SparrowJob, _sparrow_question
 from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
 from canvasread.decide import Decider
@@ -105,9 +106,9 @@ class Recording(SparrowBackend):
             assert self.release.wait(30)
         return super().prepare(request)
 
-    def decide(self, jobs: Sequence[SparrowJob]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[SparrowJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         self.batches.append([str(job.request.state)[:5] for job in jobs])
-        return super().decide(jobs)
+        return super().decide(jobs, gone)
 
 
 HUGE = "huge " + "I was charged twice for order 1182. " * 28_000  # 1 MB
@@ -171,3 +172,21 @@ def test_span_questions_are_a_422_naming_the_model(sparrow_server: str, kind: st
     [problem] = response.json()["detail"]
     assert problem["loc"] == ["body", "questions", "who"]
     assert problem["msg"] == f"model sparrow-nano-general-v1.1 cannot answer {kind} questions"
+
+
+def test_a_request_whose_caller_has_left_stops_at_the_next_question(
+    pair: tuple[SparrowBackend, SparrowLibrary],
+) -> None:
+    """Issue 16 item 6: the worker stops a job between questions once `gone` says its caller has left."""
+    backend, _ = pair
+    job = backend.prepare(parsed(STATES[0]))
+    asked: list[int] = []
+
+    def gone(index: int) -> bool:
+        asked.append(index)
+        return len(asked) > 2  # the caller leaves while the second question is read
+
+    kept = backend.prepare(parsed(STATES[1]))
+    first, second = backend.decide([job, kept], lambda index: index == 0 and gone(index))
+    assert first is None and asked == [0, 0, 0], "it stopped at the third question, not after all five"
+    assert second is not None and len(second.distributions) == len(QUESTIONS)

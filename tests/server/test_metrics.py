@@ -11,7 +11,7 @@ import httpx
 from helpers import serve_app
 from prometheus_client.parser import text_string_to_metric_families
 
-from canvasread.backends.base import FunctionBackend
+from canvasread.backends.base import FunctionBackend, Gone, never_gone
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.server.metrics import FoldedHistogram
@@ -38,9 +38,9 @@ class CountingBackend(FunctionBackend):
         super().__init__(rising, name="counting")
         self.totals = {"reads": 0.0, "rereads": 0.0, "encoder-runs": 0.0}
 
-    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
         results = []
-        for request, result in zip(jobs, super().decide(jobs), strict=True):
+        for request, result in zip(jobs, super().decide(jobs, gone), strict=True):
             distributions = []
             for question, distribution in zip(request.questions, result.distributions, strict=True):
                 reads = 3 if question.key == "hard" else 1
@@ -152,10 +152,10 @@ def test_queue_depth_and_batch_sizes_follow_a_backlog() -> None:
     running, release = threading.Event(), threading.Event()
 
     class Gated(FunctionBackend):
-        def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+        def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
             running.set()
             release.wait(timeout=30)
-            return super().decide(jobs)
+            return super().decide(jobs, gone)
 
     backend = Gated(rising, name="gated")
     with serve_app(create_app(Decider([backend]))) as base:

@@ -16,7 +16,7 @@ import pytest
 from helpers import serve_app
 from playwright.sync_api import Browser, Locator, Page, Route, sync_playwright
 
-from canvasread.backends.base import FunctionBackend
+from canvasread.backends.base import FunctionBackend, Gone, never_gone
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest, DecisionResult, Distribution
@@ -152,8 +152,8 @@ def test_an_invalid_question_shows_the_api_error(page: Page, sparrow_server: str
 class DetailedBackend(FunctionBackend):
     """Answers like a canvas backend with diagnostics: reads and label mass per question."""
 
-    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
-        results = super().decide(jobs)
+    def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
+        results = super().decide(jobs, gone)
         return [
             DecisionResult(
                 tuple(Distribution(d.probabilities, {"reads": 2, "label_mass": 0.93}) for d in result.distributions),
@@ -326,10 +326,10 @@ class GatedBackend(FunctionBackend):
         self.held = held
         self.gate = threading.Event()
 
-    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
         if any(q.key == self.held for job in jobs for q in job.questions):
             assert self.gate.wait(60), "the test never opened the gate"
-        return super().decide(jobs)
+        return super().decide(jobs, gone)
 
 
 def test_streamed_answers_are_drawn_as_each_stage_lands(page: Page) -> None:

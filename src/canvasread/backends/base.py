@@ -11,9 +11,13 @@ Contract:
   checks everything that can be checked without the model (labels, context
   length...) and raises `InvalidRequest` with a precise location, so a bad
   request never reaches a batch. It returns the backend's own job object.
-- `decide(jobs)` runs one batch in the backend's single worker thread and
+- `decide(jobs, gone)` runs one batch in the backend's single worker thread and
   returns one `DecisionResult` per job, in order. An exception fails only the
-  jobs of that batch.
+  jobs of that batch. `gone(i)` turns true once job i's caller has left while
+  the batch runs (its deadline passed, it hung up): a backend whose batch
+  takes several steps (questions one by one, re-reads) checks it between
+  steps and leaves such a job off, returning None in its place, so work nobody
+  waits for stops early. None is allowed only where `gone(i)` said so.
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ from canvasread.types import (
 )
 
 JobT = TypeVar("JobT")
+# The `gone` of `Backend.decide`: job index -> whether its caller has left.
+Gone = Callable[[int], bool]
+
+
+def never_gone(index: int) -> bool:
+    """The callers of a synchronous call (the library, evaluation) wait for every job."""
+    return False
 
 
 class Backend(Protocol[JobT]):
@@ -44,7 +55,7 @@ class Backend(Protocol[JobT]):
 
     def prepare(self, request: DecisionRequest) -> JobT: ...
 
-    def decide(self, jobs: Sequence[JobT]) -> list[DecisionResult]: ...
+    def decide(self, jobs: Sequence[JobT], gone: Gone = never_gone) -> list[DecisionResult | None]: ...
 
 
 AnyBackend = Backend[Any]
@@ -123,10 +134,13 @@ class FunctionBackend:
     def prepare(self, request: DecisionRequest) -> DecisionRequest:
         return request
 
-    def decide(self, jobs: Sequence[DecisionRequest]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
         self.batches.append(len(jobs))
-        results = []
-        for request in jobs:
+        results: list[DecisionResult | None] = []
+        for index, request in enumerate(jobs):
+            if gone(index):
+                results.append(None)
+                continue
             distributions = tuple(Distribution(tuple(p)) for p in self._answer(request))
             results.append(DecisionResult(distributions, Usage(1, len(distributions))))
         return results

@@ -9,11 +9,12 @@ replica's `prepare` serves all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsCounters
+from canvasread.backends.base import AnyBackend, Gone, HasFingerprint, ReportsCost, ReportsCounters, never_gone
 from canvasread.types import DecisionRequest, DecisionResult, JobCost, ModelCard
 
 
@@ -62,13 +63,21 @@ class ReplicaSet:
     def prepare(self, request: DecisionRequest) -> Any:
         return self.replicas[0].prepare(request)
 
-    def decide(self, jobs: Sequence[Any]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[Any], gone: Gone = never_gone) -> list[DecisionResult | None]:
         count = min(len(self.replicas), len(jobs))
         bounds = [round(i * len(jobs) / count) for i in range(count + 1)]
         shares = [(index, jobs[bounds[index] : bounds[index + 1]]) for index in range(count)]
-        futures = [self._pool.submit(self.replicas[index].decide, share) for index, share in shares]
-        results: list[DecisionResult] = []
+        futures = [
+            self._pool.submit(self.replicas[index].decide, share, functools.partial(_shifted, gone, bounds[index]))
+            for index, share in shares
+        ]
+        results: list[DecisionResult | None] = []
         for (index, _), future in zip(shares, futures, strict=True):
             results.extend(future.result())
             self.batches_per_replica[index] += 1
         return results
+
+
+def _shifted(gone: Gone, offset: int, index: int) -> bool:
+    """A replica's share is a slice of the batch: its job `index` is the batch's `offset + index`."""
+    return gone(offset + index)

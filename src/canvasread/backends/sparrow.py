@@ -7,13 +7,15 @@ so its model card says so; serve a DiffusionGemma checkpoint for real work.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.backends.sparrow_static import PooledQuestion, PooledRequest, StaticReader
 from canvasread.types import (
     Capabilities,
@@ -120,15 +122,18 @@ class SparrowBackend:
         asked = [_sparrow_question(q) for q in request.questions if len(q.options) > 1]
         return SparrowJob(request, self._reader.pool_request(request.state, asked, self.max_request_tokens))
 
-    def decide(self, jobs: Sequence[SparrowJob]) -> list[DecisionResult]:
-        return [self._decide_one(job) for job in jobs]
+    def decide(self, jobs: Sequence[SparrowJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
+        """Question by question, so a request whose caller has left stops at the next question."""
+        return [self._decide_one(job, functools.partial(gone, index)) for index, job in enumerate(jobs)]
 
-    def _decide_one(self, job: SparrowJob) -> DecisionResult:
+    def _decide_one(self, job: SparrowJob, left: Callable[[], bool]) -> DecisionResult | None:
         if job.pooled is None:
-            return self._decide_unpooled(job.request)
+            return self._decide_unpooled(job.request, left)
         pooled = iter(job.pooled.questions)
         distributions = []
         for question in job.request.questions:
+            if left():
+                return None
             if len(question.options) == 1:
                 distributions.append(Distribution((1.0,)))
                 continue
@@ -141,10 +146,12 @@ class SparrowBackend:
         assert self._reader is not None
         return [float(p) for p in self._reader.probabilities(pooled.state, question)]
 
-    def _decide_unpooled(self, request: DecisionRequest) -> DecisionResult:
+    def _decide_unpooled(self, request: DecisionRequest, left: Callable[[], bool]) -> DecisionResult | None:
         """Models with an attention encoder read state and question together, so each question tokenises both."""
         distributions = []
         for question in request.questions:
+            if left():
+                return None
             if len(question.options) == 1:
                 distributions.append(Distribution((1.0,)))
                 continue

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
@@ -138,7 +139,8 @@ class CanvasBackend:
         pixels = sum(asset.width * asset.height for asset in job.request.assets.values())
         return JobCost(job.plan.prompt_tokens + canvas_tokens, pixels)
 
-    def decide(self, jobs: Sequence[CanvasJob]) -> list[DecisionResult]:
+    def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
+        """First reads of every job at once, then re-read rounds; a job whose caller has left gets no more rounds."""
         started = time.monotonic()
         # readings[job][question][slot]: that slot's reading from every read so far.
         readings: list[list[list[list[SlotReading]]]] = [
@@ -156,7 +158,7 @@ class CanvasBackend:
             uncertain = {
                 (j, q)
                 for j, job in enumerate(jobs)
-                if job.request.options.samples == "auto"
+                if job.request.options.samples == "auto" and not gone(j)
                 for q, planned in enumerate(job.plan.questions)
                 if planned.question.kind not in SPAN_KINDS
                 and any(
@@ -174,17 +176,21 @@ class CanvasBackend:
             again = [(j, c, read_number) for j, c in canvases]
             self._read(jobs, again, readings, only=uncertain)
             self._rereads += len(uncertain)
-        searches = self._search_spans(jobs)
+        searches = self._search_spans(jobs, gone)
         elapsed_ms = (time.monotonic() - started) * 1000.0
-        return [self._result(job, readings[j], searches[j], elapsed_ms) for j, job in enumerate(jobs)]
+        return [
+            None if gone(j) else self._result(job, readings[j], searches[j], elapsed_ms) for j, job in enumerate(jobs)
+        ]
 
-    def _search_spans(self, jobs: Sequence[CanvasJob]) -> list[dict[int, SpanSearch]]:
-        """Every span question of the batch, searched round by round (`canvasread.canvas.span_search`)."""
+    def _search_spans(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[dict[int, SpanSearch]]:
+        """Every span question of the batch whose caller still waits, searched round by round
+        (`canvasread.canvas.span_search`)."""
         runtime = self._runtime
         assert runtime is not None
         found: list[dict[int, SpanSearch]] = []
-        for job in jobs:
-            searches = (self._span_search(job, planned) for planned in job.plan.questions)
+        for j, job in enumerate(jobs):
+            asked = () if gone(j) else job.plan.questions
+            searches = (self._span_search(job, planned) for planned in asked)
             found.append({q: search for q, search in enumerate(searches) if search is not None})
         for kind, markers in self._markers.items():
             chosen = [s for searches in found for s in searches.values() if s.kind == kind]

@@ -18,6 +18,10 @@ prompt, `logprob_token_ids` and the diffusion read-only `vllm_xargs`, as vLLM
   vLLM puts on −inf);
 - admission control: past `max_num_queued_reqs` requests in flight it answers
   503 "busy", as `--max-num-queued-reqs` makes vLLM do;
+- a completion without `vllm_xargs` is an ordinary diffusion generation (a
+  thought): the same sampling checks, `stop_token_ids`, `max_tokens` within
+  the context, `return_token_ids`; transformers' own generation loop writes
+  it, and no seed is accepted, so it is not reproducible (as in vLLM);
 - with `api_keys`, every `/v1` route needs `Authorization: Bearer KEY` (401
   `{"error": "Unauthorized"}` otherwise); `/health` stays open.
 
@@ -113,6 +117,23 @@ class CompletionRequest(BaseModel):
     vllm_xargs: DiffusionXargs
 
 
+class GenerationRequest(BaseModel):
+    """The fields of vLLM's `CompletionRequest` that a thought (an ordinary diffusion generation) uses."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    prompt: Annotated[list[NonNegative], Field(min_length=1)]
+    max_tokens: Positive
+    stop_token_ids: list[NonNegative] | None = None
+    return_token_ids: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+
+
 class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None, code: int = 400) -> None:
         super().__init__(message)
@@ -128,6 +149,7 @@ class Standin:
     root: str
     canvas_length: int
     max_model_len: int
+    tokenizer: Any = None
     honour_logprob_token_ids: bool = True
     stall_s: float = 0.0
     generation_defaults: dict[str, float] = field(default_factory=dict)
@@ -139,6 +161,11 @@ class Standin:
     headers: list[dict[str, str]] = field(default_factory=list)
     in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def eos_id(self) -> int:
+        """The id that ends every generation (vLLM stops at the tokenizer's eos whatever the request says)."""
+        return int(self.tokenizer.eos_token_id)
 
     @property
     def vocab_size(self) -> int:
@@ -180,7 +207,7 @@ class Standin:
             raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens", "prompt")
         return width
 
-    def sampling(self, request: CompletionRequest) -> dict[str, float]:
+    def sampling(self, request: CompletionRequest | GenerationRequest) -> dict[str, float]:
         """Request → generation config → vLLM default, per field; then the checks diffusion requests get."""
         defaults = {**SAMPLING_DEFAULTS, **self.generation_defaults}
         chosen = {name: value if (value := getattr(request, name)) is not None else defaults[name] for name in defaults}
@@ -191,6 +218,44 @@ class Standin:
         if chosen["temperature"] != 1.0 or chosen["min_p"] > SAMPLING_EPS or request.seed is not None:
             raise BadRequest(DIFFUSION_SAMPLING_MESSAGE)
         return chosen
+
+    def generate(self, request: GenerationRequest) -> dict[str, Any]:
+        """An ordinary diffusion generation: transformers' own loop on the checkpoint's generation config.
+
+        vLLM's checks first (model, ids, sampling, context). Stricter than vLLM: top_k/top_p must end up off,
+        because transformers' loop (which the stand-in runs) applies neither. As in vLLM, `token_ids` keep
+        the stop id that ended the generation and `text` leaves it out.
+        """
+        if request.model != self.served_name:
+            raise BadRequest(f"The model `{request.model}` does not exist.", "model", 404)
+        if any(not 0 <= token < self.vocab_size for token in request.prompt):
+            raise BadRequest(f"prompt: ids must be in [0, {self.vocab_size})", "prompt")
+        sampling = self.sampling(request)
+        if sampling["top_k"] not in (0, -1) or sampling["top_p"] < 1.0:
+            raise BadRequest("the stand-in generates with top_k and top_p off only", "top_k")
+        if len(request.prompt) + request.max_tokens > self.max_model_len:
+            raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens", "max_tokens")
+        stops = list(request.stop_token_ids or []) + [self.eos_id]
+        device = next(self.model.parameters()).device
+        prompt = torch.tensor([request.prompt], device=device)
+        with self.lock, torch.no_grad():
+            output = self.model.generate(
+                prompt, max_new_tokens=request.max_tokens, eos_token_id=stops, pad_token_id=0, disable_compile=True
+            )
+        written = output.sequences[0, prompt.shape[1] :].tolist()[: request.max_tokens]
+        stop = next((i for i, token in enumerate(written) if token in stops), None)
+        ids = written if stop is None else written[: stop + 1]
+        choice = {
+            "index": 0,
+            "text": self.tokenizer.decode(ids if stop is None else ids[:-1]),
+            "logprobs": None,
+            "finish_reason": "length" if stop is None else "stop",
+            "stop_reason": None if stop is None or ids[-1] == self.eos_id else ids[-1],
+            "token_ids": ids if request.return_token_ids else None,
+        }
+        usage = {"prompt_tokens": len(request.prompt), "completion_tokens": len(ids)}
+        return {"id": f"cmpl-standin-{len(self.requests)}", "object": "text_completion", "created": int(time.time()),
+                "model": self.served_name, "choices": [choice], "usage": usage}  # fmt: skip
 
     def decoder_masks(self, prompt: int, width: int, device: torch.device) -> dict[str, torch.Tensor]:
         """The canvas's decoder masks over [cached prompt keys, canvas keys] per layer kind.
@@ -314,13 +379,17 @@ def create_app(standin: Standin) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         raw = await request.body()
-        standin.requests.append(json.loads(raw))
+        body = json.loads(raw)
+        standin.requests.append(body)
         limit = standin.max_num_queued_reqs
         if limit is not None and standin.in_flight + 1 > limit:  # vLLM's `check_admission`
             return _error(BUSY_MESSAGE, None, 503)
         standin.in_flight += 1
         try:
             await asyncio.sleep(standin.stall_s)  # a stuck upstream: answers /health, sits on reads
+            if "vllm_xargs" not in body:  # no diffusion keys: an ordinary generation (a thought)
+                generation = GenerationRequest.model_validate_json(raw)
+                return JSONResponse(await asyncio.to_thread(standin.generate, generation))
             parsed = CompletionRequest.model_validate_json(raw)
             return JSONResponse(await asyncio.to_thread(standin.complete, parsed))
         except ValidationError as error:
@@ -356,12 +425,13 @@ def load_standin(model_path: str, **options: Any) -> Standin:
     """The tiny checkpoint in fp32 on the CPU, served as vLLM would serve it."""
     from canvasread.canvas.engine.loader import load_checkpoint
 
-    model = load_checkpoint(model_path).model  # the same arguments as the in-process backend: one shared load
+    loaded = load_checkpoint(model_path)  # the same arguments as the in-process backend: one shared load
+    model = loaded.model
     options.setdefault("canvas_length", int(model.config.canvas_length))
     options.setdefault("max_model_len", int(model.config.text_config.max_position_embeddings))
     options.setdefault("served_name", Path(model_path).name)
     options.setdefault("generation_defaults", generation_defaults(Path(model_path)))
-    return Standin(model=model, root=model_path, **options)
+    return Standin(model=model, tokenizer=loaded.tokenizer, root=model_path, **options)
 
 
 def generation_defaults(folder: Path) -> dict[str, float]:

@@ -392,6 +392,13 @@ class Decider:
                     f"send steps to a DiffusionGemma model, or leave it out",
                 )
             )
+        if request.options.think is not None and not capabilities.think:
+            problems.append(
+                FieldProblem(
+                    ("body", "think"),
+                    f"model {card.name} cannot think before it reads; leave out think or ask a DiffusionGemma model",
+                )
+            )
         if problems:
             raise InvalidRequest(problems)
         check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")

@@ -79,6 +79,11 @@ class ImageAsset:
 
 # A read takes at most this many denoising steps (the published replays of canvas reads use 2 to 6).
 MAX_STEPS = 8
+# The longest thought (`think`) a request may ask for. A thought holds the batch worker while it is written (in
+# process one denoising loop per canvas of tokens: 4 canvases of 256 on the full model, about 200 decoder
+# passes) and lengthens every read's prompt by as many tokens; 1,024 tokens is room for a paragraph of
+# reasoning while both stay bounded.
+MAX_THINK_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class RequestOptions:
     seed: int | None = None
     diagnostics: bool = False
     steps: int = 1
+    # Tokens the model may write in its thought channel before the reads (None: no thought).
+    think: int | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,8 @@ class Capabilities:
     max_levels: int = 10
     # Denoising steps a read may take: 1 for a model without a denoiser (the embedded one).
     max_steps: int = 1
+    # Whether the model can write a thought before its reads (`think`).
+    think: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
     MAX_STEPS,
+    MAX_THINK_TOKENS,
     SPAN_KINDS,
     Condition,
     DecisionRequest,
@@ -150,6 +151,11 @@ class SystemOneRequest(_WireModel):
     )
     seed: int | None = Field(None, description="canvasread extension: the same seed gives the same answer.")
     diagnostics: bool = Field(False, description="canvasread extension: add per-question read details.")
+    think: Annotated[int, Field(ge=1, le=MAX_THINK_TOKENS)] | None = Field(
+        None,
+        description="canvasread extension: before reading, the model writes up to this many tokens in its thought "
+        "channel, and every read of the request conditions on that thought (DiffusionGemma models only).",
+    )
     order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
     steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = Field(
         1, description="canvasread extension: denoising steps per read (1..8), every position but the slots pinned."
@@ -302,7 +308,9 @@ def parse_request(
     assets = _decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
-    options = RequestOptions(samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps)
+    options = RequestOptions(
+        samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps, think=wire.think
+    )
     return wire.model, DecisionRequest(wire.state, questions, assets, options)
 
 

@@ -1,0 +1,54 @@
+"""The in-process `Thinker`: transformers' own DiffusionGemma `generate` on the loaded model, seeded.
+
+A thought is what the model's generation loop writes (the checkpoint's
+`generation_config.json` sets the denoising steps, temperature schedule and
+sampler), so it is exactly what transformers would write for the same prompt
+and seed. It costs one denoising loop per canvas of tokens on the batch
+worker, while reads of other requests wait; thoughts of one batch are written
+one after another.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
+
+# torch's default generators are process-wide: a seeded generation forks them under this lock, so two replicas
+# (or a replica and a test's stand-in) never draw from each other's seeded stream.
+_SEEDED = threading.Lock()
+
+
+class GenerateThinker:
+    """Writes thoughts with `model.generate`; one instance per model replica, used from its worker thread."""
+
+    def __init__(self, model: Any, *, pad_id: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.thoughts = 0
+
+    def think(self, requests: Sequence[ThoughtRequest]) -> list[Thought]:
+        return [self._think(request) for request in requests]
+
+    def _think(self, request: ThoughtRequest) -> Thought:
+        started = time.monotonic()
+        device = next(self.model.parameters()).device
+        forked = [device.index or 0] if device.type == "cuda" else []
+        prompt = torch.tensor([request.prompt_ids], device=device)
+        with _SEEDED, torch.random.fork_rng(devices=forked), torch.no_grad():
+            torch.manual_seed(request.seed)
+            output = self.model.generate(
+                prompt,
+                max_new_tokens=request.max_tokens,
+                eos_token_id=list(request.stop_ids),
+                pad_token_id=self.pad_id,
+                disable_compile=True,  # a thought's shapes vary; compiling them would stall the worker
+            )
+        written = output.sequences[0, prompt.shape[1] :].tolist()
+        self.thoughts += 1
+        return thought_prefix(request, written, (time.monotonic() - started) * 1000.0)

@@ -1,0 +1,100 @@
+"""The `Thinker` protocol: a thought in the model's thought channel, written before a request's reads.
+
+`think: N` asks the model to think before it answers: an ordinary diffusion
+generation, with the chat template's thought channel open, of at most N
+tokens. The read's prompt ends with the empty thought block
+`<|channel>thought\\n<channel|>`; the thought's prompt is that prompt with the
+block left open (everything before `<channel|>`), and the read then holds
+`<|channel>thought\\n{thought}<channel|>` where the empty block was, so every
+slot conditions on the thought. The splice is done on token ids: the read
+sees exactly the ids the model wrote, never a re-tokenisation of their text.
+
+Contract for `think(requests)`:
+- each `ThoughtRequest.prompt_ids` ends inside the open thought channel; the
+  thinker continues it with the checkpoint's own diffusion sampling (its
+  `generation_config.json`: denoising steps, temperature schedule, sampler)
+  and no other filtering, for at most `max_tokens` tokens;
+- generation stops at the first of `stop_ids` (`<channel|>` closes the
+  thought, `<turn|>` ends the turn) or after `max_tokens`; the `Thought`
+  holds the ids before the stop, never the stop itself and never more than
+  `max_tokens` ids, and whether a stop id ended it;
+- `seed` reproduces the thought where the runtime can seed its sampler (in
+  process); a runtime that cannot (vLLM refuses seeds for diffusion
+  requests) documents that it ignores it;
+- the requests of one call belong to one batch and may run concurrently;
+  failures are raised as canvasread errors, as the `Reader` raises them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from canvasread.canvas.tokenizer import Tokenizer
+from canvasread.types import JSONValue
+
+THOUGHT_CLOSE = "<channel|>"
+END_OF_TURN = "<turn|>"
+
+
+@dataclass(frozen=True)
+class ThoughtRequest:
+    """One thought to write: the prompt with the thought channel open, its length cap, its seed."""
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    stop_ids: tuple[int, ...]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Thought:
+    """What the model wrote in its thought channel (without the closing token) and how long it took."""
+
+    token_ids: tuple[int, ...]
+    closed: bool
+    ms: float
+
+
+class Thinker(Protocol):
+    def think(self, requests: Sequence[ThoughtRequest]) -> list[Thought]: ...
+
+
+@dataclass(frozen=True)
+class ThoughtChannel:
+    """Where a thought goes in a read prompt, for one tokenizer: before the closing `<channel|>` id."""
+
+    close_id: int
+    stop_ids: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> ThoughtChannel:
+        close, end = tokenizer.encode(THOUGHT_CLOSE), tokenizer.encode(END_OF_TURN)
+        if len(close) != 1 or len(end) != 1:
+            raise ValueError(f"the tokenizer does not keep {THOUGHT_CLOSE!r} and {END_OF_TURN!r} as single tokens")
+        return cls(close[0], (close[0], end[0]))
+
+    def request(self, read_prompt: Sequence[int], max_tokens: int, seed: int) -> ThoughtRequest:
+        """The thought's request: the read prompt with its empty thought block left open."""
+        if not read_prompt or read_prompt[-1] != self.close_id:
+            raise ValueError("the read prompt does not end with the empty thought block")
+        return ThoughtRequest(tuple(read_prompt[:-1]), max_tokens, self.stop_ids, seed)
+
+    def splice(self, read_prompt: Sequence[int], thought: Thought) -> tuple[int, ...]:
+        """The read prompt with `thought` written into its thought block."""
+        if not read_prompt or read_prompt[-1] != self.close_id:
+            raise ValueError("the read prompt does not end with the empty thought block")
+        return (*read_prompt[:-1], *thought.token_ids, self.close_id)
+
+
+def thought_prefix(request: ThoughtRequest, tokens: Sequence[int], ms: float) -> Thought:
+    """What a generation wrote after the prompt, cut at the first stop id and at `max_tokens`."""
+    cut = next((i for i, token in enumerate(tokens) if token in request.stop_ids), None)
+    kept = tokens[: request.max_tokens if cut is None else min(cut, request.max_tokens)]
+    return Thought(tuple(kept), cut is not None and cut <= request.max_tokens, ms)
+
+
+def thought_details(thought: Thought, tokenizer: Tokenizer) -> dict[str, JSONValue]:
+    """`diagnostics.thought`: the text the model wrote, its length in tokens and the time it took."""
+    return {"text": tokenizer.decode(thought.token_ids), "tokens": len(thought.token_ids), "ms": thought.ms}

@@ -3,7 +3,9 @@
 The standard workload is the one the targets are stated for: a state of about
 150 tokens that differs per request, and three questions whose instructions
 are the same across requests (a noul, a 5-way choice, a 4-level score), read
-once. Each level runs closed-loop clients for a fixed time through
+once. The cold workload changes the instructions every request (no prefix
+reuse); the think workload asks for a short thought before the reads, so its
+extra cost is measured. Each level runs closed-loop clients for a fixed time through
 `loadgen.drive`; decisions per second count answered questions.
 """
 
@@ -78,8 +80,21 @@ def cold_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
     return body
 
 
+# Thought tokens of the think workload: a sentence of reasoning, what a caller asking for a short thought gets.
+THINK_TOKENS = 32
+
+
+def think_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The think workload: the standard one with a thought of up to `THINK_TOKENS` tokens before the reads."""
+    return {**standard_body(sequence, model), "think": THINK_TOKENS}
+
+
 # The workloads `run_sweep` can drive, by the name results files record.
-WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {"standard": standard_body, "cold": cold_body}
+WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
+    "standard": standard_body,
+    "cold": cold_body,
+    "think": think_body,
+}
 
 
 def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size: int) -> list[CanvasRead]:

@@ -160,13 +160,22 @@ def tiny_config(*, vocab_size: int = 262_144, canvas_length: int = 256, sliding_
 
 
 def write_tiny_checkpoint(
-    folder: Path, *, seed: int = 0, tokenizer_cache: Path | None = None, std: float = 0.02, sliding_window: int = 24
+    folder: Path,
+    *,
+    seed: int = 0,
+    tokenizer_cache: Path | None = None,
+    std: float = 0.02,
+    sliding_window: int = 24,
+    canvas_length: int = 256,
+    denoising_steps: int | None = None,
 ) -> Path:
     """Save a random tiny DiffusionGemma, its image processor and the Gemma tokenizer to `folder`.
 
     Weights are drawn explicitly (normal, `std`) so routing spreads over the
     experts as it would in a trained model, and so the same seed gives the
-    same checkpoint.
+    same checkpoint. `denoising_steps` goes into its `generation_config.json`
+    (transformers and vLLM generate with it; unset, 48 steps a canvas), so
+    tests that generate can keep a generation to a few decoder passes.
     """
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
@@ -175,8 +184,10 @@ def write_tiny_checkpoint(
     from canvasread.canvas.engine.weights import initialise_weights
 
     torch.manual_seed(seed)
-    model = DiffusionGemmaForBlockDiffusion(tiny_config(sliding_window=sliding_window))
+    model = DiffusionGemmaForBlockDiffusion(tiny_config(sliding_window=sliding_window, canvas_length=canvas_length))
     initialise_weights(model, std=std)
+    if denoising_steps is not None:
+        model.generation_config.max_denoising_steps = denoising_steps
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     Gemma4ImageProcessorPil(max_soft_tokens=TINY_IMAGE_SOFT_TOKENS).save_pretrained(folder)

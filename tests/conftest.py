@@ -64,3 +64,16 @@ def tiny_wide_decider(tiny_wide_checkpoint: Path) -> Decider:
     from canvasread.catalog import open_decider
 
     return open_decider((str(tiny_wide_checkpoint),))
+
+
+@pytest.fixture(scope="session")
+def tiny_thinking_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint for tests that generate: a 32-token canvas and 2 denoising steps in its generation config.
+
+    A generation runs one denoising loop per canvas over the 262k vocabulary, so these keep a thought to a few
+    cheap decoder passes. Its sliding window is wide, so proxy and in-process reads agree.
+    """
+    from canvasread.tools.checkpoints import write_tiny_checkpoint
+
+    folder = tmp_path_factory.mktemp("tiny-thinking-diffusiongemma")
+    return write_tiny_checkpoint(folder, std=0.3, sliding_window=8192, canvas_length=32, denoising_steps=2)

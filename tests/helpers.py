@@ -22,6 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from canvasread.backends.base import FunctionBackend, never_gone
+from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
 from canvasread.server.run import uvicorn_config
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
@@ -271,3 +272,15 @@ def generation_path_logprobs(
             mm_encoder_outputs={"image": Features()},
         )
     return torch.log_softmax(out.logits[0].float(), dim=-1)
+
+
+class RecordingReader:
+    """Reads through another reader and keeps every `CanvasRead` it was given."""
+
+    def __init__(self, inner: Reader) -> None:
+        self.inner = inner
+        self.reads: list[CanvasRead] = []
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        self.reads.extend(reads)
+        return self.inner.read(reads)

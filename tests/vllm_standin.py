@@ -235,7 +235,7 @@ class Standin:
             raise BadRequest("the stand-in generates with top_k and top_p off only", "top_k")
         if len(request.prompt) + request.max_tokens > self.max_model_len:
             raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens", "max_tokens")
-        stops = list(request.stop_token_ids or []) + [self.eos_id]
+        stops = [*(request.stop_token_ids or []), self.eos_id]
         device = next(self.model.parameters()).device
         prompt = torch.tensor([request.prompt], device=device)
         with self.lock, torch.no_grad():

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import RecordingReader
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.backend import CanvasBackend
-from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.settings import UpstreamSettings
@@ -40,18 +40,6 @@ ALONE = {
     "lonely": {"type": "noul", "instructions": "Is this a bug report?", "alone": True},
     "third": {"type": "choice", "instructions": "Which channel?", "criteria": {"email": None, "chat": None}},
 }
-
-
-class RecordingReader:
-    """Reads through another reader and keeps every `CanvasRead` it was given."""
-
-    def __init__(self, inner: Reader) -> None:
-        self.inner = inner
-        self.reads: list[CanvasRead] = []
-
-    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        self.reads.extend(reads)
-        return self.inner.read(reads)
 
 
 def canvas_backend(decider: Decider) -> CanvasBackend:

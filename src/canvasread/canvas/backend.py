@@ -1,7 +1,8 @@
 """The canvas backend: answers every question of a request from its canvas reads (one read-only step, or `steps`).
 
 Reads top to bottom like a serving step: plan (labels, prompt, canvases),
-read (all canvases of all requests in the batch at once), read out (label
+think (the requests that ask for a thought write it first), read (all
+canvases of all requests in the batch at once), read out (label
 distributions), re-read only the uncertain questions with fresh noise, answer.
 Execution is behind a `Reader`, so the in-process engine and the vLLM proxy
 share every line here.
@@ -15,18 +16,27 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
-from canvasread.canvas.prompt import ImageTokens, as_text
+from canvasread.canvas.prompt import EncodedPrompt, ImageTokens, as_text
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.span_search import SpanSearch, search_all
 from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens, markers_for
+from canvasread.canvas.thinker import (
+    Thinker,
+    Thought,
+    ThoughtChannel,
+    think_refusal,
+    thought_details,
+    with_thought,
+)
 from canvasread.canvas.tokenizer import Tokenizer
+from canvasread.errors import InvalidRequest
 from canvasread.types import (
     SPAN_KINDS,
     DecisionRequest,
@@ -60,7 +70,7 @@ class ReadSettings:
 
 @dataclass(frozen=True)
 class CanvasRuntime:
-    """What `load()` produces: how to read, how to tokenize, and the model's sizes."""
+    """What `load()` produces: how to read (and think, when the runtime can), how to tokenize, the model's sizes."""
 
     reader: Reader
     tokenizer: Tokenizer
@@ -68,15 +78,23 @@ class CanvasRuntime:
     max_positions: int | None
     fingerprint: str
     images: ImageTokens | None = None
+    thinker: Thinker | None = None
 
 
 @dataclass(frozen=True)
 class CanvasJob:
+    """A planned request; `thought` is filled in by `decide` before the reads when the request asks to think."""
+
     request: DecisionRequest
     plan: ReadPlan
     seed: int
     # The state's own tokens, for span questions (None when the request has none).
     state: StateTokens | None = None
+    thought: Thought | None = None
+
+    def prompt_ids(self, prompt: EncodedPrompt) -> tuple[int, ...]:
+        """The ids a read of this job sends: `prompt`'s, with the thought (if any) in its thought block."""
+        return prompt.ids if self.thought is None else with_thought(prompt.ids, self.thought)
 
 
 class CanvasBackend:
@@ -91,6 +109,7 @@ class CanvasBackend:
         self._runtime: CanvasRuntime | None = None
         self._planner: Planner | None = None
         self._markers: dict[str, Markers] = {}
+        self._channel: ThoughtChannel | None = None
         self._rereads = 0
 
     @property
@@ -115,6 +134,7 @@ class CanvasBackend:
             layout=self.settings.layout,
         )
         self._markers = {kind: markers_for(runtime.tokenizer, kind, CANVAS_TAIL) for kind in SPAN_KINDS}
+        self._channel = ThoughtChannel.of(runtime.tokenizer) if runtime.thinker is not None else None
         self._runtime = runtime
 
     def counters(self) -> dict[str, float]:
@@ -131,17 +151,29 @@ class CanvasBackend:
         state = None
         if any(question.kind in SPAN_KINDS for question in request.questions):
             state = StateTokens.of(self._planner.tokenizer, as_text(request.state))
-        return CanvasJob(request, plan, seed, state)
+        job = CanvasJob(request, plan, seed, state)
+        if request.options.think is not None:
+            refusal = "this model cannot think before it reads" if self._channel is None else None
+            refusal = refusal or think_refusal(request, job.plan, self.settings.layout, self._planner.max_positions)
+            if refusal is not None:
+                raise InvalidRequest.at(("body", "think"), refusal)
+        return job
 
     def cost(self, job: CanvasJob) -> JobCost:
-        """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels."""
+        """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels.
+
+        A thought of N tokens adds its own pass (the prompt and N tokens written) and N tokens to the prompt read.
+        """
         canvas_tokens = sum(len(canvas.ids) for canvas in job.plan.canvases) * self._initial_reads(job)
         pixels = sum(asset.width * asset.height for asset in job.request.assets.values())
-        return JobCost(job.plan.prompt_tokens + canvas_tokens, pixels)
+        think = job.request.options.think or 0
+        thought_tokens = job.plan.prompt_tokens + 2 * think if think else 0
+        return JobCost(job.plan.prompt_tokens + canvas_tokens + thought_tokens, pixels)
 
     def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         """First reads of every job at once, then re-read rounds; a job whose caller has left gets no more rounds."""
         started = time.monotonic()
+        jobs = self._think(jobs)
         # readings[job][question][slot]: that slot's reading from every read so far.
         readings: list[list[list[list[SlotReading]]]] = [
             [[[] for _ in planned.slots] for planned in job.plan.questions] for job in jobs
@@ -219,7 +251,19 @@ class CanvasBackend:
         """
         prompt = job.plan.prompt(canvas)
         steps, seed = self._span_steps(job), _step_seed(job.seed, 0, canvas_ids)
-        return CanvasRead(prompt.ids, prompt.prefix_length, canvas_ids, slots, prompt.images, steps, seed)
+        return CanvasRead(job.prompt_ids(prompt), prompt.prefix_length, canvas_ids, slots, prompt.images, steps, seed)
+
+    def _think(self, jobs: Sequence[CanvasJob]) -> list[CanvasJob]:
+        """The jobs, each that asks to think with its thought: one thinker call for the batch, before any read."""
+        wanting = [j for j, job in enumerate(jobs) if job.request.options.think is not None and job.thought is None]
+        if not wanting:
+            return list(jobs)
+        runtime, channel = self._runtime, self._channel
+        assert runtime is not None and runtime.thinker is not None and channel is not None, "prepare() checks think"
+        requests = [channel.request(jobs[j].plan.prompts[0].ids, jobs[j].request.options.think or 0, jobs[j].seed)
+                    for j in wanting]  # fmt: skip
+        thought = dict(zip(wanting, runtime.thinker.think(requests), strict=True))
+        return [replace(job, thought=thought[j]) if j in thought else job for j, job in enumerate(jobs)]
 
     @staticmethod
     def _initial_reads(job: CanvasJob) -> int:
@@ -255,7 +299,7 @@ class CanvasBackend:
         steps = job.request.options.steps
         seed = _step_seed(job.seed, read, ids)
         prompt = job.plan.prompt(canvas)
-        return CanvasRead(prompt.ids, prompt.prefix_length, ids, slots, prompt.images, steps, seed)
+        return CanvasRead(job.prompt_ids(prompt), prompt.prefix_length, ids, slots, prompt.images, steps, seed)
 
     def _result(
         self,
@@ -292,7 +336,14 @@ class CanvasBackend:
                 details["agreement"] = combined.agreement
             distributions.append(Distribution(combined.probabilities, details, reads=combined.reads))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
-        return DecisionResult(tuple(distributions), Usage(job.plan.prompt_tokens, output_tokens))
+        usage = Usage(job.plan.prompt_tokens, output_tokens)
+        if job.thought is not None:  # the model wrote the thought, then read it with the prompt
+            assert self._runtime is not None
+            thought = thought_details(job.thought, self._runtime.tokenizer)
+            distributions = [replace(d, details={**d.details, "thought": thought}) for d in distributions]
+            written = len(job.thought.token_ids)
+            usage = Usage(usage.input_tokens + written, usage.output_tokens + written)
+        return DecisionResult(tuple(distributions), usage)
 
 
 def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:

@@ -31,8 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from canvasread.canvas.layouts import ReadLayout
+from canvasread.canvas.plan import ReadPlan
 from canvasread.canvas.tokenizer import Tokenizer
-from canvasread.types import JSONValue
+from canvasread.types import DecisionRequest, JSONValue
 
 THOUGHT_CLOSE = "<channel|>"
 END_OF_TURN = "<turn|>"
@@ -63,16 +65,17 @@ class Thinker(Protocol):
 
 @dataclass(frozen=True)
 class ThoughtChannel:
-    """Where a thought goes in a read prompt, for one tokenizer: before the closing `<channel|>` id."""
+    """The ids that end a thought, for one tokenizer: `<channel|>` (it closes the block) and `<turn|>`."""
 
     close_id: int
     stop_ids: tuple[int, ...]
 
     @classmethod
-    def of(cls, tokenizer: Tokenizer) -> ThoughtChannel:
+    def of(cls, tokenizer: Tokenizer) -> ThoughtChannel | None:
+        """The tokenizer's channel, or None when it does not keep both markers as single tokens (no thinking)."""
         close, end = tokenizer.encode(THOUGHT_CLOSE), tokenizer.encode(END_OF_TURN)
         if len(close) != 1 or len(end) != 1:
-            raise ValueError(f"the tokenizer does not keep {THOUGHT_CLOSE!r} and {END_OF_TURN!r} as single tokens")
+            return None
         return cls(close[0], (close[0], end[0]))
 
     def request(self, read_prompt: Sequence[int], max_tokens: int, seed: int) -> ThoughtRequest:
@@ -81,11 +84,39 @@ class ThoughtChannel:
             raise ValueError("the read prompt does not end with the empty thought block")
         return ThoughtRequest(tuple(read_prompt[:-1]), max_tokens, self.stop_ids, seed)
 
-    def splice(self, read_prompt: Sequence[int], thought: Thought) -> tuple[int, ...]:
-        """The read prompt with `thought` written into its thought block."""
-        if not read_prompt or read_prompt[-1] != self.close_id:
-            raise ValueError("the read prompt does not end with the empty thought block")
-        return (*read_prompt[:-1], *thought.token_ids, self.close_id)
+
+def with_thought(read_prompt: Sequence[int], thought: Thought) -> tuple[int, ...]:
+    """The read prompt (ending with the empty thought block's closing id) with `thought` written into the block."""
+    return (*read_prompt[:-1], *thought.token_ids, read_prompt[-1])
+
+
+def think_refusal(
+    request: DecisionRequest, plan: ReadPlan, layout: ReadLayout, max_positions: int | None
+) -> str | None:
+    """Why this request's `think` cannot be honoured by a model that thinks (None: it can)."""
+    think = request.options.think
+    if think is None:
+        return None
+    if layout.thought != "prompt":
+        return (
+            f"think writes into the prompt's thought block, and this server's read layout {layout.name!r} puts "
+            "that block on the canvas; serve with --layout default to think"
+        )
+    if len(plan.prompts) != 1:
+        return (
+            f"think writes one thought for the request's prompt, and the read layout {layout.name!r} gives "
+            "each canvas a prompt of its own; serve with --layout default to think"
+        )
+    if request.assets:
+        return "think is not available for requests with images yet"
+    width = max(len(canvas.ids) for canvas in plan.canvases)
+    prompt = len(plan.prompts[0].ids)
+    if max_positions is not None and prompt + think + width > max_positions:
+        return (
+            f"the prompt takes {prompt} tokens and the answer {width}, so a thought of {think} tokens "
+            f"would pass the {max_positions} this model reads; ask for at most {max_positions - prompt - width}"
+        )
+    return None
 
 
 def thought_prefix(request: ThoughtRequest, tokens: Sequence[int], ms: float) -> Thought:

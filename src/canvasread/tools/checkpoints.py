@@ -187,7 +187,7 @@ def write_tiny_checkpoint(
     model = DiffusionGemmaForBlockDiffusion(tiny_config(sliding_window=sliding_window, canvas_length=canvas_length))
     initialise_weights(model, std=std)
     if denoising_steps is not None:
-        model.generation_config.max_denoising_steps = denoising_steps
+        model.generation_config.max_denoising_steps = denoising_steps  # type: ignore[attr-defined]
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     Gemma4ImageProcessorPil(max_soft_tokens=TINY_IMAGE_SOFT_TOKENS).save_pretrained(folder)

@@ -36,7 +36,7 @@ def canvas_backend_for_checkpoint(
         "request, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
         capabilities=Capabilities(
-            images=not naive and _may_see_images(spec), spans=True, max_options=255, max_levels=10
+            images=not naive and _may_see_images(spec), spans=True, max_options=255, max_levels=10, think=True
         ),
     )
 
@@ -49,6 +49,7 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
     from canvasread.canvas.engine.naive import NaiveReader
     from canvasread.canvas.engine.reader import InProcessReader
     from canvasread.canvas.engine.runner import FusedRunner
+    from canvasread.canvas.engine.thinker import GenerateThinker
     from canvasread.canvas.tokenizer import HFTokenizer
 
     loaded = load_checkpoint(
@@ -78,14 +79,16 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
         if loaded.image_processor is not None:
             ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
             images = ImageTokens(*ids, runner.image_token_count)
+    tokenizer = HFTokenizer(loaded.tokenizer)
     return CanvasRuntime(
         reader=reader,
-        tokenizer=HFTokenizer(loaded.tokenizer),
+        tokenizer=tokenizer,
         canvas_length=int(config.canvas_length),
         max_positions=int(config.text_config.max_position_embeddings),
         # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
         fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
         images=images,
+        thinker=GenerateThinker(loaded.model, pad_id=tokenizer.pad_id),
     )
 
 

@@ -2,9 +2,9 @@
 
 Only execution differs from the in-process engine: the tokenizer is loaded
 here (so labels are verified and canvases built before anything is sent), and
-a `VllmReader` sends each read to the least-loaded healthy upstream. The
-backend reports `health_problem()`, so `/ready` answers 503 until an upstream
-answers and whenever none does.
+a `VllmReader` sends each read (a `VllmThinker` each thought) to the
+least-loaded healthy upstream. The backend reports `health_problem()`, so
+`/ready` answers 503 until an upstream answers and whenever none does.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.thinker import VllmThinker
 from canvasread.types import Capabilities, ModelCard
 
 logger = logging.getLogger(__name__)
@@ -38,9 +39,11 @@ class UpstreamCanvasBackend(CanvasBackend):
 
     def close(self) -> None:
         """Stop the prober and the request threads (tests and embedders; the server just exits)."""
-        reader = self._runtime.reader if self._runtime is not None else None
-        if isinstance(reader, VllmReader):
-            reader.close()
+        runtime = self._runtime
+        if runtime is not None and isinstance(runtime.thinker, VllmThinker):
+            runtime.thinker.close()
+        if runtime is not None and isinstance(runtime.reader, VllmReader):
+            runtime.reader.close()
         else:
             self.pool.close()
 
@@ -68,7 +71,7 @@ def canvas_backend_for_upstream(
         description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: one read-only denoising step "
         "per canvas, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=False, spans=True, max_options=255, max_levels=10),
+        capabilities=Capabilities(images=False, spans=True, max_options=255, max_levels=10, think=True),
     )
 
     def load() -> CanvasRuntime:
@@ -91,6 +94,7 @@ def canvas_backend_for_upstream(
             canvas_length=settings.canvas_length,
             max_positions=settings.max_model_len or served.max_model_len,
             fingerprint="sha256:" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest(),
+            thinker=VllmThinker(pool, settings.model, concurrency=settings.concurrency),
         )
 
     return UpstreamCanvasBackend(card, load, pool, reading)

@@ -10,7 +10,14 @@ The body (vLLM 0.33's `CompletionRequest`; diffusion requests are checked by
 | `max_tokens` | int | the request's `think` |
 | `stop_token_ids` | list[int] | `<channel|>` (the thought is closed) and `<turn|>` (the turn ended) |
 | `return_token_ids` | bool | true: the answer carries `choices[0].token_ids`, the ids the read prompt takes verbatim |
-| `temperature`, `top_p`, `top_k`, `min_p` | | 1.0, 1.0, 0, 0.0 as for reads: vLLM fills missing fields from the checkpoint's `generation_config.json`, a diffusion request refuses any temperature but 1 and any min_p, and its sampler applies top_k/top_p per denoising step, which transformers' generation loop does not |
+| `temperature`, `top_p`, `top_k`, `min_p` | float, float, int, float | 1.0, 1.0, 0, 0.0, as for reads (below) |
+
+Sampling is sent explicitly because vLLM fills every field a request leaves
+out from the checkpoint's `generation_config.json`: a diffusion request
+refuses any temperature but 1 and any min_p, and vLLM's diffusion sampler
+applies top_k/top_p at every denoising step, which transformers' generation
+loop (the in-process thinker) does not: with them off, a thought is sampled by
+the checkpoint's own schedule and nothing else, in both wings.
 
 No `vllm_xargs`: the canvas, its noise and the denoising schedule are vLLM's
 own (the served `canvas_length`, the checkpoint's steps, temperature schedule

@@ -1,0 +1,109 @@
+"""`think` in process: transformers' own generation loop writes the thought on the tiny thinking checkpoint,
+and every read of the request (each canvas, each re-read) holds it in its prompt's thought block."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import RecordingReader, png
+
+from canvasread.canvas.backend import CanvasBackend, ReadSettings
+from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint, load_runtime
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.layouts import LAYOUTS
+from canvasread.canvas.tokenizer import HFTokenizer
+from canvasread.decide import Decider
+from canvasread.errors import InvalidRequest
+from canvasread.wire import parse_request
+
+STATE = {"ticket": "I was charged twice for order 1182, please refund me.", "channel": "email"}
+# Seven answer lines fill two 32-token canvases.
+QUESTIONS: dict[str, Any] = {key: {"type": "noul", "instructions": f"Is statement {key} true?"} for key in "abcdefg"}
+ASKED = {"think": 8, "seed": 11, "samples": 2, "diagnostics": True}
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_thinking_checkpoint: Path) -> tuple[Decider, RecordingReader, CanvasBackend]:
+    """The checkpoint's engine, loaded as `serve --model` loads it, behind a reader that records its reads."""
+    spec = str(tiny_thinking_checkpoint)
+    runtime = load_runtime(spec, EngineSettings(), naive=False)
+    reader = RecordingReader(runtime.reader)
+    backend = CanvasBackend(
+        canvas_backend_for_checkpoint(spec).card, lambda: dataclasses.replace(runtime, reader=reader)
+    )
+    decider = Decider([backend])
+    decider.load()
+    return decider, reader, backend
+
+
+@pytest.fixture(scope="module")
+def thought_answer(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> tuple[dict[str, Any], list[Any]]:
+    decider, reader, _ = recorded
+    before = len(reader.reads)
+    answer = decider.ask(STATE, QUESTIONS, **ASKED)
+    return answer, reader.reads[before:]
+
+
+def test_every_read_of_the_request_holds_the_one_thought(
+    recorded: tuple[Decider, RecordingReader, CanvasBackend],
+    thought_answer: tuple[dict[str, Any], list[Any]],
+    tiny_thinking_checkpoint: Path,
+) -> None:
+    _, _, backend = recorded
+    answer, reads = thought_answer
+    tokenizer = HFTokenizer.load(str(tiny_thinking_checkpoint))
+    thoughts = [a["diagnostics"]["thought"] for a in answer["answers"].values()]
+    thought = thoughts[0]
+    assert all(t == thought for t in thoughts) and thought["tokens"] == 8 and thought["ms"] > 0
+    assert len({read.canvas_ids for read in reads}) == 4  # two canvases, each read twice with fresh noise
+    assert len({a["diagnostics"]["slot"]["canvas"] for a in answer["answers"].values()}) == 2
+    # The read prompt without a thought ends with the empty block; with it, the thought sits inside the block.
+    _, bare = parse_request({"model": "m", "state": STATE, "questions": QUESTIONS})
+    empty = backend.prepare(bare).plan.prompts[0].ids
+    for read in reads:
+        written = read.prompt_ids[len(empty) - 1 : -1]
+        assert read.prompt_ids == (*empty[:-1], *written, empty[-1])
+        assert len(written) == thought["tokens"] and tokenizer.decode(written) == thought["text"]
+        assert tokenizer.decode(read.prompt_ids).endswith("<|channel>thought\n" + thought["text"] + "<channel|>")
+    assert answer["usage"]["input_tokens"] == len(reads[0].prompt_ids)
+
+
+def test_the_seed_reproduces_the_thought_and_the_answers(
+    recorded: tuple[Decider, RecordingReader, CanvasBackend], thought_answer: tuple[dict[str, Any], list[Any]]
+) -> None:
+    decider, _, _ = recorded
+    first, _ = thought_answer
+    again = decider.ask(STATE, QUESTIONS, **ASKED)
+    other = decider.ask(STATE, QUESTIONS, **{**ASKED, "seed": 12})
+
+    def thought(answer: dict[str, Any]) -> str:
+        return str(answer["answers"]["a"]["diagnostics"]["thought"]["text"])
+
+    assert thought(again) == thought(first) != thought(other)
+    for key, expected in first["answers"].items():
+        assert again["answers"][key]["noul"] == expected["noul"], key
+
+
+@pytest.mark.parametrize("layout", ["thought-on-canvas", "prompt-per-canvas"])
+def test_a_layout_without_one_prompt_thought_block_refuses_think(tiny_thinking_checkpoint: Path, layout: str) -> None:
+    backend = canvas_backend_for_checkpoint(str(tiny_thinking_checkpoint), reading=ReadSettings(layout=LAYOUTS[layout]))
+    decider = Decider([backend])
+    decider.load()
+    with pytest.raises(InvalidRequest) as refused:
+        decider.ask(STATE, QUESTIONS, think=8)
+    [problem] = refused.value.problems
+    assert problem.loc == ("body", "think") and layout in problem.msg
+
+
+def test_think_with_images_is_refused_at_think(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> None:
+    decider, _, _ = recorded
+    assets = {"[photo]": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}}
+    with pytest.raises(InvalidRequest) as refused:
+        decider.ask(
+            "Look at [photo].", {"dark": {"type": "noul", "instructions": "Is it dark?"}}, think=4, assets=assets
+        )
+    assert [p.loc for p in refused.value.problems] == [("body", "think")]

@@ -103,6 +103,8 @@ def test_extensions_are_declared(served: dict[str, Any]) -> None:
     request = components["SystemOneRequest"]["properties"]
     assert {"samples", "seed", "diagnostics", "order", "steps"} <= set(request)
     assert (request["steps"]["minimum"], request["steps"]["maximum"], request["steps"]["default"]) == (1, 8, 1)
+    [think] = [kind for kind in request["think"]["anyOf"] if kind.get("type") == "integer"]
+    assert (think["minimum"], think["maximum"], request["think"]["default"]) == (1, 1024, None)
     for question in ("NoulQuestion", "ChoiceQuestion", "ScoreQuestion", "BoxQuestion"):
         assert {"order", "min_confidence"} <= set(components[question]["properties"])
     for answer in ANSWER_MODELS:

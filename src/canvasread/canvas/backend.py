@@ -173,7 +173,7 @@ class CanvasBackend:
     def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         """First reads of every job at once, then re-read rounds; a job whose caller has left gets no more rounds."""
         started = time.monotonic()
-        jobs = self._think(jobs)
+        jobs = self._think(jobs, gone)
         # readings[job][question][slot]: that slot's reading from every read so far.
         readings: list[list[list[list[SlotReading]]]] = [
             [[[] for _ in planned.slots] for planned in job.plan.questions] for job in jobs
@@ -253,9 +253,16 @@ class CanvasBackend:
         steps, seed = self._span_steps(job), _step_seed(job.seed, 0, canvas_ids)
         return CanvasRead(job.prompt_ids(prompt), prompt.prefix_length, canvas_ids, slots, prompt.images, steps, seed)
 
-    def _think(self, jobs: Sequence[CanvasJob]) -> list[CanvasJob]:
-        """The jobs, each that asks to think with its thought: one thinker call for the batch, before any read."""
-        wanting = [j for j, job in enumerate(jobs) if job.request.options.think is not None and job.thought is None]
+    def _think(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[CanvasJob]:
+        """The jobs, each that asks to think with its thought: one thinker call for the batch, before any read.
+
+        A job whose caller has already gone writes no thought (its result is dropped anyway).
+        """
+        wanting = [
+            j
+            for j, job in enumerate(jobs)
+            if job.request.options.think is not None and job.thought is None and not gone(j)
+        ]
         if not wanting:
             return list(jobs)
         runtime, channel = self._runtime, self._channel

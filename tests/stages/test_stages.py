@@ -20,7 +20,7 @@ from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
 from canvasread.stages.graph import stage_numbers
 from canvasread.stages.run import Given
-from canvasread.types import DecisionRequest, Distribution, JSONValue
+from canvasread.types import DecisionRequest, Distribution, Found, JSONValue, Piece
 from canvasread.wire import parse_request
 
 BUG = {"type": "noul", "instructions": "Is this a bug report?"}
@@ -283,3 +283,27 @@ def test_a_box_answer_is_told_as_its_edges_and_ask_if_cannot_name_a_box() -> Non
         "- `logo` (Where is the logo?): box at top 0.50, bottom 0.50, left 0.00, right 1.00 "
         "(fractions of the image), confidence 1.00"
     )
+
+
+def test_span_answers_are_told_as_their_pieces_and_ask_if_cannot_name_a_span() -> None:
+    span = {"type": "span", "instructions": "Who wrote?"}
+    assert problems({"who": span, "x": {**BUG, "ask_if": {"who": [True]}}}) == [
+        (
+            ("body", "questions", "x", "noul", "ask_if", "who", 0),
+            "'who' is a span: its answer is pieces of the state, which ask_if cannot test",
+        )
+    ]
+    questions = {"who": span, "all": {**span, "type": "spans"}}
+    _, request = parse_request({"model": "m", "state": "s", "questions": questions})
+    who, everyone = request.questions
+    found = Found((Piece("Zoë", 7, 10, 0.9),), 0.9)
+    assert Given(who, Distribution((), found=found)).line() == (
+        '- `who` (Who wrote?): "Zoë" (characters 7-10 of the state), confidence 0.90'
+    )
+    both = Found((Piece("Zoë", 7, 10, 0.9), Piece("Ann", 20, 23, 0.6)), 0.6)
+    assert Given(everyone, Distribution((), found=both)).line() == (
+        '- `all` (Who wrote?): "Zoë" (characters 7-10 of the state); "Ann" (characters 20-23 of the state), '
+        "confidence 0.60"
+    )
+    nothing = Given(who, Distribution((), found=Found((), 0.8))).line()
+    assert nothing == "- `who` (Who wrote?): nothing found, confidence 0.80"

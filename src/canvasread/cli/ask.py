@@ -125,6 +125,10 @@ def _summary(answer: dict[str, Any]) -> tuple[str, dict[str, float]]:
         return f"{'yes' if p >= 0.5 else 'no'}\nP(yes) {p:.3f}", {"yes": p, "no": 1.0 - p}
     if answer["type"] == "choice":
         return f"{answer['choice']}\nconfidence {answer['confidence']:.2f}", answer["probabilities"]
+    if answer["type"] in ("span", "spans"):  # pieces of the state, each with its confidence
+        pieces = answer["spans"] if answer["type"] == "spans" else [answer] if answer["found"] else []
+        words = "\n".join(f"{p['text']!r} at {p['start']}:{p['end']}" for p in pieces) or "not found"
+        return f"{words}\nconfidence {answer['confidence']:.2f}", {p["text"]: p["confidence"] for p in pieces}
     legend = answer.get("legend", {})
     named = {legend.get(index, index): p for index, p in answer["probabilities"].items()}
     nearest = legend.get(str(round(answer["score"])), str(round(answer["score"])))
@@ -140,7 +144,7 @@ def print_answers(response: dict[str, Any], questions: dict[str, dict[str, Any]]
         summary, rows = _summary(answer)
         if answer.get("abstain"):
             summary += "\nabstain"
-        width = min(24, max(len(str(name)) for name in rows))
+        width = min(24, max((len(str(name)) for name in rows), default=1))
         bars = "\n".join(f"{str(name)[:width]:>{width}} {_bar(p)} {p:.3f}" for name, p in rows.items())
         table.add_row(escape(str(questions.get(key, {}).get("instructions") or key)), escape(summary), escape(bars))
     console.print(table)

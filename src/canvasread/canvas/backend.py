@@ -256,20 +256,17 @@ class CanvasBackend:
     def _think(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[CanvasJob]:
         """The jobs, each that asks to think with its thought: one thinker call for the batch, before any read.
 
-        A job whose caller has already gone writes no thought (its result is dropped anyway).
+        A job whose caller has gone before its thought is written writes none (its result is dropped anyway).
         """
-        wanting = [
-            j
-            for j, job in enumerate(jobs)
-            if job.request.options.think is not None and job.thought is None and not gone(j)
-        ]
+        wanting = [j for j, job in enumerate(jobs) if job.request.options.think is not None and job.thought is None]
         if not wanting:
             return list(jobs)
         runtime, channel = self._runtime, self._channel
         assert runtime is not None and runtime.thinker is not None and channel is not None, "prepare() checks think"
         requests = [channel.request(jobs[j].plan.prompts[0].ids, jobs[j].request.options.think or 0, jobs[j].seed)
                     for j in wanting]  # fmt: skip
-        thought = dict(zip(wanting, runtime.thinker.think(requests), strict=True))
+        written = runtime.thinker.think(requests, lambda i: gone(wanting[i]))
+        thought = {j: t for j, t in zip(wanting, written, strict=True) if t is not None}
         return [replace(job, thought=thought[j]) if j in thought else job for j, job in enumerate(jobs)]
 
     @staticmethod

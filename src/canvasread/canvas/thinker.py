@@ -22,7 +22,9 @@ Contract for `think(requests)`:
   process); a runtime that cannot (vLLM refuses seeds for diffusion
   requests) documents that it ignores it;
 - the requests of one call belong to one batch and may run concurrently;
-  failures are raised as canvasread errors, as the `Reader` raises them.
+  a request for which `gone(i)` is true when its turn comes (its caller has
+  left) is skipped: its entry is None; failures are raised as canvasread
+  errors, as the `Reader` raises them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.layouts import ReadLayout
 from canvasread.canvas.plan import ReadPlan
 from canvasread.canvas.tokenizer import Tokenizer
@@ -60,7 +63,7 @@ class Thought:
 
 
 class Thinker(Protocol):
-    def think(self, requests: Sequence[ThoughtRequest]) -> list[Thought]: ...
+    def think(self, requests: Sequence[ThoughtRequest], gone: Gone = never_gone) -> list[Thought | None]: ...
 
 
 @dataclass(frozen=True)

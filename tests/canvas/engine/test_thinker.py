@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from helpers import RecordingReader, png
 
-from canvasread.canvas.backend import CanvasBackend, ReadSettings
+from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint, load_runtime
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.engine.thinker import GenerateThinker
 from canvasread.canvas.layouts import LAYOUTS
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.decide import Decider
@@ -27,10 +28,15 @@ ASKED = {"think": 8, "seed": 11, "samples": 2, "diagnostics": True}
 
 
 @pytest.fixture(scope="module")
-def recorded(tiny_thinking_checkpoint: Path) -> tuple[Decider, RecordingReader, CanvasBackend]:
-    """The checkpoint's engine, loaded as `serve --model` loads it, behind a reader that records its reads."""
+def runtime(tiny_thinking_checkpoint: Path) -> CanvasRuntime:
+    """The checkpoint's engine and thinker, loaded as `serve --model` loads them."""
+    return load_runtime(str(tiny_thinking_checkpoint), EngineSettings(), naive=False)
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_thinking_checkpoint: Path, runtime: CanvasRuntime) -> tuple[Decider, RecordingReader, CanvasBackend]:
+    """That runtime behind a reader that records its reads."""
     spec = str(tiny_thinking_checkpoint)
-    runtime = load_runtime(spec, EngineSettings(), naive=False)
     reader = RecordingReader(runtime.reader)
     backend = CanvasBackend(
         canvas_backend_for_checkpoint(spec).card, lambda: dataclasses.replace(runtime, reader=reader)
@@ -107,3 +113,15 @@ def test_think_with_images_is_refused_at_think(recorded: tuple[Decider, Recordin
             "Look at [photo].", {"dark": {"type": "noul", "instructions": "Is it dark?"}}, think=4, assets=assets
         )
     assert [p.loc for p in refused.value.problems] == [("body", "think")]
+
+
+def test_a_caller_gone_before_its_thought_gets_none_written(
+    recorded: tuple[Decider, RecordingReader, CanvasBackend], runtime: CanvasRuntime
+) -> None:
+    _, _, backend = recorded
+    _, request = parse_request({"model": "m", "state": STATE, "questions": QUESTIONS, **ASKED})
+    thinker = runtime.thinker
+    assert isinstance(thinker, GenerateThinker)
+    written = thinker.thoughts
+    assert backend.decide([backend.prepare(request)], gone=lambda _: True) == [None]
+    assert thinker.thoughts == written

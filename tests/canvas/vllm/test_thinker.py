@@ -16,6 +16,7 @@ from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
+from canvasread.wire import parse_request
 
 STATE = {"ticket": "I was charged twice for order 1182, please refund me.", "channel": "email"}
 QUESTIONS: dict[str, Any] = {key: {"type": "noul", "instructions": f"Is statement {key} true?"} for key in "abcdefg"}
@@ -81,3 +82,13 @@ def test_a_thought_past_the_context_is_refused_before_anything_is_sent(proxy: tu
         decider.ask(long_state, {"refund": QUESTIONS["a"]}, think=1024)
     assert [p.loc for p in refused.value.problems] == [("body", "think")]
     assert len(served.requests) == before
+
+
+def test_no_thought_is_sent_for_a_caller_already_gone(proxy: tuple[Decider, Standin]) -> None:
+    decider, served = proxy
+    backend = decider.served[0].backend
+    assert isinstance(backend, UpstreamCanvasBackend)
+    _, request = parse_request({"model": "dgemma", "state": STATE, "questions": QUESTIONS, "think": 8})
+    before = len(served.requests)
+    assert backend.decide([backend.prepare(request)], gone=lambda _: True) == [None]
+    assert all("vllm_xargs" in body for body in served.requests[before:])

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
 
 # torch's default generators are process-wide: a seeded generation forks them under this lock, so two replicas
@@ -32,8 +33,8 @@ class GenerateThinker:
         self.pad_id = pad_id
         self.thoughts = 0
 
-    def think(self, requests: Sequence[ThoughtRequest]) -> list[Thought]:
-        return [self._think(request) for request in requests]
+    def think(self, requests: Sequence[ThoughtRequest], gone: Gone = never_gone) -> list[Thought | None]:
+        return [None if gone(i) else self._think(request) for i, request in enumerate(requests)]
 
     def _think(self, request: ThoughtRequest) -> Thought:
         started = time.monotonic()

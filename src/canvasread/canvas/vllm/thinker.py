@@ -29,12 +29,14 @@ are the pool's, as for reads.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
 from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.canvas.vllm.reader import COMPLETIONS_PATH, NEUTRAL_SAMPLING
@@ -77,12 +79,16 @@ class VllmThinker:
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def think(self, requests: Sequence[ThoughtRequest]) -> list[Thought]:
-        thoughts = list(self._executor.map(self._think, requests))
-        self.thoughts += len(thoughts)
+    def think(self, requests: Sequence[ThoughtRequest], gone: Gone = never_gone) -> list[Thought | None]:
+        thoughts = list(
+            self._executor.map(self._think, requests, [functools.partial(gone, i) for i in range(len(requests))])
+        )
+        self.thoughts += sum(thought is not None for thought in thoughts)
         return thoughts
 
-    def _think(self, request: ThoughtRequest) -> Thought:
+    def _think(self, request: ThoughtRequest, left: Callable[[], bool]) -> Thought | None:
+        if left():  # its caller has gone while it waited for a worker
+            return None
         started = time.monotonic()
         ids, stopped = written_ids(self.pool.post_json(COMPLETIONS_PATH, generation_body(self.model, request)))
         thought = thought_prefix(request, ids, (time.monotonic() - started) * 1000.0)

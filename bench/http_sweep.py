@@ -1,7 +1,8 @@
 """One HTTP sweep of a running server for one workload, written as a results JSON (the `canvasread bench` keys).
 
-Usage: python3 bench/http_sweep.py URL MODEL OUT.json --workload standard|cold|think --quantization bf16|fp8-experts
-           --server-command "..." [--levels 1,2,4] [--duration 5] [--baseline MODEL --baseline-levels 1,4]
+Usage: python3 bench/http_sweep.py URL MODEL OUT.json --workload standard|cold|think|span
+           --quantization bf16|fp8-experts --server-command "..." [--levels 1,2,4] [--duration 5]
+           [--baseline MODEL --baseline-levels 1,4]
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import serve_cli
+
+from canvasread.tools.bench import answers_every_question, span_body
 
 REQUIRED_KEYS = {
     "gpu",
@@ -68,3 +71,14 @@ def test_bench_with_the_naive_baseline_on_the_tiny_checkpoint(tiny_checkpoint: P
         )
     assert report["naive_single_client_p50_ms"] is not None
     assert isinstance(report["naive_sweep"], list) and len(report["naive_sweep"]) == 1
+
+
+def test_the_span_workload_is_answered_whole_by_a_canvas_model(tiny_server: str) -> None:
+    """The benchmark's span row: the standard questions and a span question, each answered, the span a substring."""
+    body = span_body(3)
+    response = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answers_every_question(body, answer)
+    signed = answer["answers"]["signed"]
+    assert body["state"][signed["start"] : signed["end"]] == signed["text"]

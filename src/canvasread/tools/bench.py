@@ -89,11 +89,22 @@ def think_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
     return {**standard_body(sequence, model), "think": THINK_TOKENS}
 
 
+# The span workload's extra question: the ticket's signature is a piece of every state.
+SPAN_QUESTION = {"type": "span", "instructions": "Who signed the ticket?"}
+
+
+def span_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The span workload: the standard one plus a span question, read on a blank canvas of its own."""
+    body = standard_body(sequence, model)
+    return {**body, "questions": {**QUESTIONS, "signed": SPAN_QUESTION}}
+
+
 # The workloads `run_sweep` can drive, by the name results files record.
 WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
     "standard": standard_body,
     "cold": cold_body,
     "think": think_body,
+    "span": span_body,
 }
 
 

@@ -151,11 +151,14 @@ def test_any_read_answers_a_substring_and_matches_the_brute_force(text: str, see
     state = StateTokens(text, tuple(ids), tuple(offsets))
     wanted = [*state.distinct_ids, STOP, SEP]
     rows = [{token: -rng.uniform(0.0, 6.0) for token in wanted} for _ in range(width)]
-    for markers in (SPAN, SPANS):
-        scores = score_blank(state, rows, markers)
-        expected_best, expected_share = brute_force(state, rows, markers)
+    cut = rng.randrange(len(ids))
+    taken = [(cut, rng.randrange(cut, len(ids)) + 1)]  # a piece found before, in a later round of spans
+    for markers, continues, before in ((SPAN, False, []), (SPANS, False, []), (SPANS, True, taken)):
+        scores = score_blank(state, rows, markers, continues=continues, taken=before)
+        expected_best, expected_share = brute_force(state, rows, markers, continues=continues, taken=before)
         assert scores.best == expected_best
         assert scores.confidence == pytest.approx(expected_share, rel=1e-9)
         if scores.best is not None:
             piece, start, end = state.piece(*scores.best)
             assert piece == text[start:end] and piece.strip() == piece and piece
+            assert not any(a < scores.best[1] and scores.best[0] < b for a, b in before)

@@ -13,7 +13,7 @@ from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader
-from canvasread.types import Capabilities, ModelCard
+from canvasread.types import MAX_STEPS, Capabilities, ModelCard
 
 
 def canvas_backend_for_checkpoint(
@@ -32,11 +32,16 @@ def canvas_backend_for_checkpoint(
     how = "plain transformers forwards (naive baseline)" if naive else "the fused in-process engine"
     card = ModelCard(
         name=name,
-        description=f"DiffusionGemma checkpoint {spec} read through {how}: one read-only denoising step per "
-        "request, label slots read as distributions.",
+        description=f"DiffusionGemma checkpoint {spec} read through {how}: label slots read as distributions "
+        "from one read-only denoising step (or `steps`, pinned).",
         release_date=time.strftime("%Y-%m-%d"),
         capabilities=Capabilities(
-            images=not naive and _may_see_images(spec), spans=True, max_options=255, max_levels=10, think=True
+            images=not naive and _may_see_images(spec),
+            spans=True,
+            max_options=255,
+            max_levels=10,
+            think=True,
+            max_steps=1 if naive else MAX_STEPS,  # the naive baseline reads one plain forward
         ),
     )
 

@@ -68,7 +68,10 @@ class GraphCache:
     def run(self, stack: LayerStack, rows: Sequence[Row]) -> PassOutputs | None:
         """Replay (capturing first if needed) a graph for these rows, or None when they do not fit one."""
         shared = rows[0].past
-        if len(rows) > self.max_batch or any(row.past is not shared or row.images for row in rows):
+        # A self-conditioned pass (a multi-step read's later steps) runs eagerly: the graphs capture a zero signal.
+        if len(rows) > self.max_batch or any(
+            row.past is not shared or row.images or row.self_conditioning is not None for row in rows
+        ):
             return None
         exact = PassShape.of(rows)
         if exact.new > self.max_length or exact.past > self.max_length:

@@ -119,15 +119,30 @@ class LayerStack:
             max_past,
             past,
             [(b, offset, features) for b, row in enumerate(rows) for offset, features in row.images] or None,
+            self._signal(rows, batch, max_new, prompt_lengths, new_lengths),
         )
+
+    def _signal(
+        self, rows: Sequence[Row], batch: int, max_new: int, prompt_lengths: list[int], new_lengths: list[int]
+    ) -> torch.Tensor | None:
+        """The rows' self-conditioning soft embeddings at their canvas positions, zeros elsewhere (None: all zeros)."""
+        if all(row.self_conditioning is None for row in rows):
+            return None
+        weight = self.embed.weight
+        signal: torch.Tensor = weight.new_zeros(batch, max_new, weight.shape[-1])
+        for b, row in enumerate(rows):
+            if row.self_conditioning is not None:
+                signal[b, prompt_lengths[b] : new_lengths[b]] = row.self_conditioning
+        return signal
 
     def forward(self, rows: Sequence[Row], inputs: PassInputs) -> PassOutputs:
         """The layer loop over `inputs`; `rows` supply the cached prefixes when no shared static one is given."""
         hidden = self.embed(inputs.tokens)
         for b, offset, features in inputs.images or ():
             hidden[b, offset : offset + features.shape[0]] = features.to(hidden.dtype)
-        # The decoder's first denoising step: canvas embeddings pass through self-conditioning with a zero signal.
-        conditioned = self.self_conditioning(hidden, torch.zeros_like(hidden))
+        # Canvas embeddings pass through self-conditioning: the previous step's soft embeddings, or zeros at a first.
+        signal = inputs.self_conditioning if inputs.self_conditioning is not None else torch.zeros_like(hidden)
+        conditioned = self.self_conditioning(hidden, signal)
         hidden = torch.where(inputs.is_canvas[..., None], conditioned, hidden)
         rope = {kind: self.rotary(hidden, inputs.positions, kind) for kind in inputs.masks}
         new_keys: list[torch.Tensor] = []

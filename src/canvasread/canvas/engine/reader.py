@@ -13,13 +13,17 @@ requests with the same questions skip the encoder.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from canvasread.canvas.engine.rows import PromptKV, Row, RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.steps import Denoising, Schedule
 from canvasread.canvas.reader import CanvasRead, PromptImage, SlotLogProbs
+
+# A row of a pass, the prompt it encodes or reads (None: a later step, whose KV its read holds) and its read.
+_PassRow = tuple[Row, "_PromptWork | None", int | None]
 
 
 class KVCache:
@@ -60,6 +64,7 @@ class ReaderCounters:
     prompt_cache_hits: int = 0
     passes: int = 0
     images_encoded: int = 0
+    denoising_steps: int = 0
 
 
 @dataclass
@@ -68,6 +73,7 @@ class _PromptWork:
     prefix_length: int
     images: tuple[PromptImage, ...]
     reads: list[int] = field(default_factory=list)
+    kv: PromptKV | None = None  # once encoded (or found cached): what its canvases read
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -83,6 +89,7 @@ class InProcessReader:
         self.prompts = KVCache(cache_bytes // 2)
         self.max_rows = max_rows
         self.stats = ReaderCounters()
+        self.schedule = Schedule.of(runner.model)
 
     def counters(self) -> Mapping[str, float]:
         counted: dict[str, float] = dict(vars(self.stats))
@@ -97,38 +104,45 @@ class InProcessReader:
             item = _PromptWork(read.prompt_ids, read.prefix_length, read.images)
             work.setdefault(item.key, item).reads.append(index)
         results: list[list[SlotLogProbs] | None] = [None] * len(reads)
+        device = self.runner.stack.device
+        steps = {i: Denoising(read, device) for i, read in enumerate(reads) if read.steps > 1}
+        first, later = self._first_pass(reads, work.values(), steps)
+        self._execute(first, results, steps)
+        second = [(_row(item.kv, (), reads[i], steps.get(i)), item, i) for item in later for i in item.reads]
+        self._execute(second, results, steps)
+        while steps:  # the later steps of multi-step reads, each over its prompt's KV (encoded once)
+            self._execute(
+                [(_row(state.kv, (), state.read, state), None, i) for i, state in steps.items()], results, steps
+            )
+        self.stats.reads += len(reads)
+        return [r for r in results if r is not None]
 
-        first: list[tuple[Row, _PromptWork, int | None]] = []
+    def _first_pass(
+        self, reads: Sequence[CanvasRead], work: Iterable[_PromptWork], steps: Mapping[int, Denoising]
+    ) -> tuple[list[_PassRow], list[_PromptWork]]:
+        """The first pass's rows, and the prompts whose canvases wait for a second pass over their encoding."""
+        first: list[_PassRow] = []
         later: list[_PromptWork] = []
-        for item in work.values():
+        for item in work:
             cached = self.prompts.get(item.key)
             if cached is not None:
                 self.stats.prompt_cache_hits += 1
-                first += [(self._canvas_row(cached, reads[i]), item, i) for i in item.reads]
+                item.kv = cached
+                first += [(_row(cached, (), reads[i], steps.get(i)), item, i) for i in item.reads]
                 continue
             past = self._cached_prefix(item)
             start = past.length if past is not None else 0
             new_tokens = item.prompt[start:]
             images = self._image_rows(item, start)
             if len(item.reads) == 1:
-                read = reads[item.reads[0]]
-                row = Row(past, new_tokens, read.canvas_ids, _positions(read), _labels(read), True, images)
-                first.append((row, item, item.reads[0]))
+                i = item.reads[0]
+                first.append((_row(past, new_tokens, reads[i], steps.get(i), keep_kv=True, images=images), item, i))
             else:
                 first.append((Row(past, new_tokens, (), (), (), True, images), item, None))
                 later.append(item)
             self.stats.encoder_runs += 1
             self.stats.prompt_tokens_encoded += len(new_tokens)
-
-        self._execute(first, results)
-        second: list[tuple[Row, _PromptWork, int | None]] = []
-        for item in later:
-            kv = self.prompts.get(item.key)
-            assert kv is not None, "an encoded prompt was evicted before its canvases were read"
-            second += [(self._canvas_row(kv, reads[i]), item, i) for i in item.reads]
-        self._execute(second, results)
-        self.stats.reads += len(reads)
-        return [r for r in results if r is not None]
+        return first, later
 
     def _image_rows(self, item: _PromptWork, start: int) -> tuple[tuple[int, Any], ...]:
         """Vision-tower features for the images among the tokens this pass encodes (offsets from `start`)."""
@@ -148,30 +162,56 @@ class InProcessReader:
             self.stats.prefix_cache_hits += 1
         return kv
 
-    @staticmethod
-    def _canvas_row(kv: PromptKV, read: CanvasRead) -> Row:
-        return Row(kv, (), read.canvas_ids, _positions(read), _labels(read))
-
     def _execute(
-        self, rows: list[tuple[Row, _PromptWork, int | None]], results: list[list[SlotLogProbs] | None]
+        self, rows: Sequence[_PassRow], results: list[list[SlotLogProbs] | None], steps: dict[int, Denoising]
     ) -> None:
+        """Run rows in passes of `max_rows`; a read-only row gives its read's result, any other a denoising step."""
         for start in range(0, len(rows), self.max_rows):
             chunk = rows[start : start + self.max_rows]
             outputs = self.runner.run([row for row, _, _ in chunk])
             self.stats.passes += 1
             for (_, item, read_index), output in zip(chunk, outputs, strict=True):
-                self._remember(item, output)
-                if read_index is not None:
+                if item is not None:
+                    self._remember(item, output)
+                if read_index is None:
+                    continue
+                if output.canvas_hidden is None:
                     results[read_index] = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
+                    steps.pop(read_index, None)
+                    continue
+                state = steps[read_index]
+                if item is not None:
+                    state.kv = item.kv
+                state.advance(self.runner.logits(output.canvas_hidden), self.schedule, self.runner.stack.embed)
+                self.stats.denoising_steps += 1
 
     def _remember(self, item: _PromptWork, output: RowOutput) -> None:
         if output.kv is None:
             return
+        item.kv = output.kv
         self.prompts.put(item.key, output.kv)
         if 0 < item.prefix_length < len(item.prompt):
             key = item.prompt[: item.prefix_length]
             if self.prefixes.get(key) is None:
                 self.prefixes.put(key, output.kv.prefix(item.prefix_length))
+
+
+def _row(
+    past: PromptKV | None,
+    prompt_ids: Sequence[int],
+    read: CanvasRead,
+    state: Denoising | None,
+    *,
+    keep_kv: bool = False,
+    images: Sequence[tuple[int, Any]] = (),
+) -> Row:
+    """The row that reads `read`'s canvas: read-only at the slots, or (a multi-step read's earlier step) the whole
+    canvas's hidden states for the denoising step, self-conditioned on the step before."""
+    if state is None:
+        return Row(past, prompt_ids, read.canvas_ids, _positions(read), _labels(read), keep_kv, images)
+    positions, labels = (_positions(read), _labels(read)) if state.last else ((), ())
+    canvas = state.canvas_ids()
+    return Row(past, prompt_ids, canvas, positions, labels, keep_kv, images, state.signal, not state.last)
 
 
 def _positions(read: CanvasRead) -> tuple[int, ...]:

@@ -40,7 +40,10 @@ class Row:
     whose log-probabilities are wanted at slot i. With `keep_kv` the KV of
     past + new prompt tokens is returned for caching. `images` puts each
     image's features (vision tower output) over its soft tokens, given as
-    offsets into `prompt_ids`.
+    offsets into `prompt_ids`. `self_conditioning` is the previous denoising
+    step's soft embeddings ([canvas, hidden]; None: zeros, a first step), and
+    `canvas_hidden` asks for the final hidden states of every canvas position
+    (after the norm) for the next denoising step (`steps.py`).
     """
 
     past: PromptKV | None
@@ -50,14 +53,17 @@ class Row:
     label_ids: Sequence[Sequence[int]]
     keep_kv: bool = False
     images: Sequence[tuple[int, torch.Tensor]] = ()
+    self_conditioning: torch.Tensor | None = None
+    canvas_hidden: bool = False
 
 
 @dataclass
 class RowOutput:
-    """Per slot: the full-vocabulary log-probabilities of its label ids (temperature 1)."""
+    """Per slot: the full-vocabulary log-probabilities of its label ids (temperature 1); `canvas_hidden` if asked."""
 
     label_logprobs: list[torch.Tensor]
     kv: PromptKV | None
+    canvas_hidden: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,10 @@ class PassShape:
 
 @dataclass
 class PassInputs:
-    """Device tensors of one pass (`masks` per layer kind); `past` is a shared static prefix, `images` overlays."""
+    """Device tensors of one pass (`masks` per layer kind); `past` is a shared static prefix, `images` overlays.
+
+    `self_conditioning` is [batch, new, hidden] soft embeddings at canvas positions (None: zeros everywhere).
+    """
 
     tokens: torch.Tensor
     positions: torch.Tensor
@@ -89,6 +98,7 @@ class PassInputs:
     max_past: int
     past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     images: list[tuple[int, int, torch.Tensor]] | None = None
+    self_conditioning: torch.Tensor | None = None
 
 
 # What the layer loop hands back: the last hidden states [batch, new, width] and each layer's new keys and

@@ -112,11 +112,7 @@ class FusedRunner:
         slot_columns = [prompt_lengths[b] + p for b, row in enumerate(rows) for p in row.slot_positions]
         logprobs: list[torch.Tensor] = []
         if slot_rows:
-            at_slots = self.norm(hidden[slot_rows, slot_columns])
-            logits = self.lm_head(at_slots).float()
-            if self.softcap:
-                logits = torch.tanh(logits / self.softcap) * self.softcap
-            full = torch.log_softmax(logits, dim=-1)
+            full = torch.log_softmax(self.logits(self.norm(hidden[slot_rows, slot_columns])), dim=-1)
             wanted = [ids for row in rows for ids in row.label_ids]
             width = max(len(ids) for ids in wanted)
             index = torch.tensor([[*ids, *([ids[0]] * (width - len(ids)))] for ids in wanted], device=full.device)
@@ -127,9 +123,19 @@ class FusedRunner:
         for b, row in enumerate(rows):
             count = len(row.slot_positions)
             kv = self._kept_kv(row, b, new_keys, new_values, prompt_lengths[b]) if row.keep_kv else None
-            outputs.append(RowOutput(logprobs[cursor : cursor + count], kv))
+            start = prompt_lengths[b]
+            canvas = self.norm(hidden[b, start : start + len(row.canvas_ids)]) if row.canvas_hidden else None
+            outputs.append(RowOutput(logprobs[cursor : cursor + count], kv, canvas))
             cursor += count
         return outputs
+
+    @torch.inference_mode()
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head over final (normed) hidden states, in fp32 and soft-capped, as the model's forward."""
+        logits: torch.Tensor = self.lm_head(normed).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
     @staticmethod
     def _kept_kv(

@@ -1,16 +1,9 @@
 """Pinned multi-step reads in process, against transformers' own DiffusionGemma denoising loop (fp32).
 
-The reference drives `DiffusionGemmaForBlockDiffusion._denoising_step` itself,
-prepared by transformers' own `_prepare_generation_config`,
-`_prepare_encoder_inputs`, `_prepare_denoiser_inputs` and logits processors
-(the linear temperature schedule over `steps` steps), with one hook:
-transformers has no pinned positions, so the sampler's `renoise_canvas` is
-wrapped to set every position but the slots back to the read's canvas after
-it renoises. Its random draws come from torch's global generator seeded with
-the read's seed just before the loop, which is where the engine's per-read
-generator starts. A recording logits processor, first in the list (custom
-processors run before the schedule), keeps the last step's raw logits: the
-read-only step the engine reports.
+The reference is `helpers.transformers_denoising`: transformers' own
+`_denoising_step` loop, prepared by transformers' own functions, with one
+hook (its renoise is followed by the pin) and torch's generator seeded with
+the read's seed where the engine's per-read generator starts.
 
 The canvases must match token for token at every step (the same samples,
 acceptances and renoise), and the slots' distributions to float noise: the
@@ -26,9 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-import torch
-from transformers import LogitsProcessor, LogitsProcessorList
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler
+from helpers import transformers_denoising
 
 from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.reader import InProcessReader
@@ -46,78 +37,10 @@ QUESTIONS: dict[str, Any] = {
 }
 
 
-class RawLogits(LogitsProcessor):
-    """Keeps the decoder's raw logits of every step (it runs before the temperature schedule)."""
-
-    def __init__(self) -> None:
-        self.seen: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        self.seen.append(scores.clone())
-        return scores
-
-
 def transformers_read(model: Any, read: CanvasRead) -> tuple[list[list[float]], list[list[int]]]:
-    """The slots' label log-probabilities after `read.steps` steps of transformers' loop (slots unpinned), and the
-    canvas each denoising step left."""
-    prompt = torch.tensor([read.prompt_ids])
-    width = len(read.canvas_ids)
-    config, _ = model._prepare_generation_config(None, max_denoising_steps=read.steps)
-    sampler = EntropyBoundSampler(config.sampler_config, width, model.config.text_config.vocab_size, read.steps)
-    template = torch.tensor([read.canvas_ids])
-    pinned = torch.ones(1, width, dtype=torch.bool)
-    pinned[0, [slot.position for slot in read.slots]] = False
-    renoise = sampler.renoise_canvas
-    canvases: list[list[int]] = []
-
-    def pinned_renoise(accepted: torch.Tensor, step: Any) -> torch.Tensor:
-        canvas = torch.where(pinned, template, renoise(accepted, step))
-        canvases.append(canvas[0].tolist())
-        return canvas
-
-    sampler.renoise_canvas = pinned_renoise
-    recorder = RawLogits()
-    processors = model._prepare_logits_processor(config, LogitsProcessorList([recorder]))
-    cache = _dynamic_cache(model)
-    length = prompt.shape[1]
-    attention = torch.ones(1, length, dtype=torch.bool)
-    encoder_positions = torch.arange(length, dtype=torch.int32)[None]
-    with torch.no_grad():
-        ids, masks = model._prepare_encoder_inputs(prompt, attention, encoder_positions, cache, True, width, 1)
-        cache = model.model.encoder(
-            input_ids=ids, attention_mask=masks, cache=cache, position_ids=encoder_positions
-        ).cache
-        decoder_mask = torch.nn.functional.pad(attention, (0, width), value=True)
-        canvas, signal, mask_mapping, finished = model._prepare_denoiser_inputs(
-            decoder_mask, cache, sampler, None, 1, prompt.device, {"decoder_input_ids": template.clone()}
-        )
-        argmax = canvas
-        torch.manual_seed(read.seed)
-        for step in reversed(range(1, read.steps + 1)):
-            canvas, argmax, signal, finished = model._denoising_step(
-                decoder_forward=model.forward,
-                current_canvas=canvas,
-                argmax_canvas=argmax,
-                input_ids=prompt,
-                decoder_position_ids=torch.arange(length, length + width, dtype=torch.int32)[None],
-                self_conditioning_logits=signal,
-                mask_mapping=mask_mapping,
-                cache=cache,
-                finished_denoising=finished,
-                cur_step=step,
-                sampler=sampler,
-                logits_processor=processors,
-                diffusion_stopping_criteria=None,  # the engine runs every step; no adaptive stop
-            )
-    assert len(recorder.seen) == read.steps
-    logprobs = torch.log_softmax(recorder.seen[-1][0].float(), dim=-1)
-    return [logprobs[slot.position, list(slot.label_ids)].tolist() for slot in read.slots], canvases[:-1]
-
-
-def _dynamic_cache(model: Any) -> Any:
-    from transformers import DynamicCache
-
-    return DynamicCache(config=model.config.text_config)
+    """The slots' label log-probabilities after transformers' loop, and the canvas each denoising step left."""
+    logprobs, canvases = transformers_denoising(model, read)
+    return [logprobs[slot.position, list(slot.label_ids)].tolist() for slot in read.slots], canvases
 
 
 def engine(decider: Decider) -> tuple[CanvasBackend, InProcessReader]:

@@ -10,6 +10,8 @@ prompt, `logprob_token_ids` and the diffusion read-only `vllm_xargs`, as vLLM
   but its value is ignored (completions drops it when ids are given, so no
   "equal to their count" rule); at most 128 in-vocabulary ids; a seed canvas
   of exactly `diffusion_canvas_length` ids, no wider than the served canvas;
+  `diffusion_pinned` positions inside the canvas (a seed canvas is always
+  sent here, which vLLM's pins need); `diffusion_max_steps` a positive integer;
   the context length; temperature other than 1, min_p above 0 or a seed are
   refused for diffusion requests;
 - the checkpoint's `generation_config.json` fills every sampling field a
@@ -29,9 +31,12 @@ It is stricter than vLLM where that catches our mistakes: an unknown field,
 top-level or in `vllm_xargs`, is a 400 here while vLLM would ignore it.
 Errors use vLLM's `{"error": {"message", "type", "param", "code"}}`.
 
-Logprobs come from one transformers forward of the checkpoint (encoder over
-the prompt, decoder over the seeded canvas, temperature 1), which is what a
-read-only single step computes, with one change that is vLLM's: on sliding
+Logprobs come from transformers forwards of the checkpoint (encoder over the
+prompt once, decoder over the seeded canvas, temperature 1): one for a
+read-only single step; with `diffusion_max_steps` above 1 and
+`diffusion_pinned`, one per step of vLLM's own denoising loop
+(`vllm_denoising.py`: its temperature schedule, sampler, pins, zeroed
+self-conditioning at pins, early convergence). One change is vLLM's: on sliding
 layers each canvas token attends within a symmetric window around its own
 position (flash attention's `(window - 1, window - 1)` for non-causal
 queries), where transformers gives every canvas token the same last
@@ -66,6 +71,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from vllm_denoising import Denoiser
 
 # vLLM's `MAX_LOGPROB_TOKEN_IDS` (vllm/sampling_params.py).
 MAX_LOGPROB_TOKEN_IDS = 128
@@ -96,6 +102,7 @@ class DiffusionXargs(BaseModel):
     diffusion_canvas_length: Positive | None = None
     diffusion_max_steps: Positive
     diffusion_read_only: bool
+    diffusion_pinned: list[int] | None = None
 
 
 class CompletionRequest(BaseModel):
@@ -158,6 +165,7 @@ class Standin:
     # "vllm": each canvas token's own symmetric window on sliding layers; "transformers": the last window−1 tokens.
     sliding_semantics: str = "vllm"
     requests: list[dict[str, Any]] = field(default_factory=list)
+    steps_taken: list[int] = field(default_factory=list)  # the denoising steps each read ran (vLLM may stop early)
     headers: list[dict[str, str]] = field(default_factory=list)
     in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -194,8 +202,10 @@ class Standin:
         ):
             if any(not 0 <= token < self.vocab_size for token in ids):
                 raise BadRequest(f"{name}: ids must be in [0, {self.vocab_size})", name)
-        if not (xargs.diffusion_read_only and xargs.diffusion_max_steps == 1):
-            raise BadRequest("the stand-in implements read-only single-step reads only", "vllm_xargs")
+        if any(not 0 <= position < width for position in xargs.diffusion_pinned or ()):
+            raise BadRequest("diffusion_pinned positions must lie inside the canvas.", "extra_args")
+        if not xargs.diffusion_read_only:
+            raise BadRequest("the stand-in implements read-only reads only", "vllm_xargs")
         if request.logprob_token_ids is not None:
             count = len(request.logprob_token_ids)
             if request.logprobs is None:
@@ -273,18 +283,50 @@ class Standin:
         full = torch.ones(width, prompt + width, dtype=torch.bool)
         return {"sliding_attention": sliding[None, None].to(device), "full_attention": full[None, None].to(device)}
 
+    def decoder(self, request: CompletionRequest, width: int, device: torch.device) -> Any:
+        """`forward(canvas, soft)`: the decoder over the request's prompt (encoded once) with vLLM's masks, soft
+        embeddings as self-conditioning (None: zeros), logits filtered by top_k/top_p as vLLM filters them."""
+        from transformers import DynamicCache
+
+        sampling = self.sampling(request)
+        prompt = torch.tensor([request.prompt], device=device)
+        cache = DynamicCache(config=self.model.config.text_config)
+        masks = self.decoder_masks(len(request.prompt), width, device)
+        conditioning = self.model.model.decoder.self_conditioning
+        encoded = False
+
+        def forward(canvas: torch.Tensor, soft: torch.Tensor | None) -> torch.Tensor:
+            nonlocal encoded
+            hook = None
+            if soft is not None:  # vLLM hands the decoder soft embeddings, not logits: put them in directly
+                hook = conditioning.register_forward_pre_hook(lambda _, args: (args[0], soft[None].to(args[0].dtype)))
+            try:
+                output = self.model(
+                    input_ids=None if encoded else prompt,
+                    cache=cache,
+                    decoder_input_ids=canvas[None],
+                    decoder_attention_mask=masks,
+                )
+            finally:
+                if hook is not None:
+                    hook.remove()
+            encoded = True
+            return _filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])
+
+        return forward
+
     def complete(self, request: CompletionRequest) -> dict[str, Any]:
         width = self.check(request)
         rows = min(request.max_tokens, width)  # a read-only request ends after one canvas
         device = next(self.model.parameters()).device
+        xargs = request.vllm_xargs
         with self.lock, torch.no_grad():
-            output = self.model(
-                input_ids=torch.tensor([request.prompt], device=device),
-                decoder_input_ids=torch.tensor([request.vllm_xargs.diffusion_seed_canvas], device=device),
-                decoder_attention_mask=self.decoder_masks(len(request.prompt), width, device),
+            forward = self.decoder(request, width, device)
+            embed = self.model.model.decoder.embed_tokens
+            logits, steps = Denoiser.of(self.model).read(
+                forward, embed, xargs.diffusion_seed_canvas, xargs.diffusion_pinned or [], xargs.diffusion_max_steps
             )
-            sampling = self.sampling(request)
-            logits = _filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])
+            self.steps_taken.append(steps)
             logprobs = torch.log_softmax(logits, dim=-1)[:rows]
         chosen = logprobs.argmax(dim=-1).tolist()
         wanted = request.logprob_token_ids if self.honour_logprob_token_ids else None

@@ -23,7 +23,7 @@ from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
 from canvasread.canvas.prompt import EncodedPrompt, ImageTokens, as_text
-from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot
+from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot, StepLimitedReader
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.span_search import SpanSearch, search_all
 from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens, markers_for
@@ -240,7 +240,13 @@ class CanvasBackend:
         )
 
     def _span_steps(self, job: CanvasJob) -> int:
-        return min(max(job.request.options.steps, SPAN_STEPS), self._card.capabilities.max_steps)
+        steps = min(max(job.request.options.steps, SPAN_STEPS), self._card.capabilities.max_steps)
+        reader = self._runtime.reader if self._runtime is not None else None
+        # A blank asks the state's distinct ids and at most two markers: past a reader's multi-step limit, one step.
+        state = job.state
+        if isinstance(reader, StepLimitedReader) and state is not None:
+            return 1 if len(state.distinct_ids) + 2 > reader.max_step_label_ids else steps
+        return steps
 
     def _blank_read(
         self, job: CanvasJob, canvas: PlannedCanvas, canvas_ids: tuple[int, ...], slots: tuple[Slot, ...]

@@ -88,3 +88,14 @@ class ReaderWithCounters(Protocol):
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...
 
     def counters(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class StepLimitedReader(Protocol):
+    """A reader whose multi-step reads may ask at most `max_step_label_ids` label ids (vLLM: one request's cap,
+    since each request denoises on its own); it refuses larger ones with a 422, so callers that may choose
+    read those in one step."""
+
+    max_step_label_ids: int
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...

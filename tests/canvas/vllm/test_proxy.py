@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.backend import CanvasJob, ReadSettings
+from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.layouts import layout_named
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.prompt import THOUGHT_BLOCK
@@ -450,10 +451,16 @@ SPAN_QUESTIONS: dict[str, Any] = {
 }
 
 
-def test_span_answers_through_vllm_equal_the_in_process_engine(proxy: Decider, tiny_wide_decider: Decider) -> None:
+def test_span_answers_through_vllm_equal_a_single_step_read_in_process(
+    proxy: Decider, tiny_wide_checkpoint: Path
+) -> None:
+    """This state's blank asks more than vLLM's 128 label ids a request, and each request denoises on its own, so
+    through vLLM the blank reads one step; in process the `-naive` baseline (plain forwards) reads one step too."""
     body = {"seed": 23, "diagnostics": True, "samples": 1}
     remote = proxy.ask(SPAN_STATE, SPAN_QUESTIONS, **body)["answers"]
-    local = tiny_wide_decider.ask(SPAN_STATE, SPAN_QUESTIONS, **body)["answers"]
+    single = open_decider((str(tiny_wide_checkpoint),), engine=EngineSettings(naive_baseline=True))
+    local = single.ask(SPAN_STATE, SPAN_QUESTIONS, model=f"{tiny_wide_checkpoint.name}-naive", **body)["answers"]
+    assert remote["who"]["diagnostics"]["steps"] == local["who"]["diagnostics"]["steps"] == 1  # type: ignore[index]
     for key in ("who", "names"):
         got, want = remote[key], local[key]  # type: ignore[index]
         pieces = got["spans"] if key == "names" else [got]

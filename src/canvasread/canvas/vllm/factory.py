@@ -20,7 +20,7 @@ from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.canvas.vllm.thinker import VllmThinker
-from canvasread.types import Capabilities, ModelCard
+from canvasread.types import MAX_STEPS, Capabilities, ModelCard
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ def canvas_backend_for_upstream(
         description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: one read-only denoising step "
         "per canvas, label slots read as distributions.",
         release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(images=False, spans=True, max_options=255, max_levels=10, think=True),
+        capabilities=Capabilities(
+            images=False, spans=True, max_options=255, max_levels=10, max_steps=MAX_STEPS, think=True
+        ),
     )
 
     def load() -> CanvasRuntime:

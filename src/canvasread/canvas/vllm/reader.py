@@ -26,8 +26,9 @@ checked by `validate_diffusion_sampling_params` in `vllm/utils/diffusion.py`):
 | `min_p` | float | 0.0: off (anything above is a 400 for diffusion requests) |
 | `vllm_xargs.diffusion_seed_canvas` | list[int] | the noisy canvas, exactly `diffusion_canvas_length` ids |
 | `vllm_xargs.diffusion_canvas_length` | int | the canvas width, at most the served `canvas_length` |
-| `vllm_xargs.diffusion_max_steps` | int | 1: one denoising step |
-| `vllm_xargs.diffusion_read_only` | bool | true: stop after the step, return temperature-1 logprobs |
+| `vllm_xargs.diffusion_max_steps` | int | the read's `steps` (1: one denoising step) |
+| `vllm_xargs.diffusion_read_only` | bool | true: stop after the last step, return its temperature-1 logprobs |
+| `vllm_xargs.diffusion_pinned` | list[int] | with `steps` above 1 only: every canvas position but the slots |
 
 Sampling is sent explicitly because vLLM applies the checkpoint's
 `generation_config.json` to every field a request leaves out, and its
@@ -37,6 +38,20 @@ would come back as −9999 (vLLM's floor for −inf), and a default temperature
 other than 1 would turn every read into a 400. No seed is sent: vLLM refuses
 one for diffusion requests (the noise is in the canvas we send). The answer
 holds `choices[0].logprobs.top_logprobs[position]["token_id:N"] = log p(N at position)`.
+
+Multi-step reads (`steps` above 1): vLLM's pins need the seed canvas (sent) and
+combine with `diffusion_read_only`, which then reports the logprobs of the step
+the request converges on. vLLM's denoising loop differs from transformers'
+(which the in-process engine follows) in four ways: its temperature schedule
+runs over the served `max_denoising_steps` (48 by default), not over `steps`,
+so its steps are hotter; it zeroes the self-conditioning at pinned positions,
+where transformers carries the model's own predictions; it converges early
+once the argmax canvas is stable and the mean entropy under the checkpoint's
+`confidence_threshold`, reporting that step; and it draws its samples and
+renoise unseeded, so a multi-step read's numbers vary from call to call
+whatever the request's seed. Each request denoises on its own, so a
+multi-step read must fit one request: at most 128 label ids (a 422 at `steps`
+otherwise).
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ from typing import Any
 
 from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
 from canvasread.canvas.vllm.pool import UpstreamPool
-from canvasread.errors import UpstreamFailure
+from canvasread.errors import InvalidRequest, UpstreamFailure
 
 COMPLETIONS_PATH = "/v1/completions"
 # vLLM's `MAX_LOGPROB_TOKEN_IDS`: a read whose slots need more label ids is split over several requests.
@@ -94,10 +109,17 @@ def completion_body(model: str, read: CanvasRead, label_ids: Sequence[int]) -> d
         "vllm_xargs": {
             "diffusion_seed_canvas": list(read.canvas_ids),
             "diffusion_canvas_length": width,
-            "diffusion_max_steps": 1,
+            "diffusion_max_steps": read.steps,
             "diffusion_read_only": True,
+            **({"diffusion_pinned": pinned_positions(read)} if read.steps > 1 else {}),
         },
     }
+
+
+def pinned_positions(read: CanvasRead) -> list[int]:
+    """Every canvas position but the slots: what a multi-step read holds to its canvas."""
+    slots = {slot.position for slot in read.slots}
+    return [position for position in range(len(read.canvas_ids)) if position not in slots]
 
 
 def logprob_rows(answer: Any) -> list[Any]:
@@ -133,6 +155,9 @@ class VllmReader:
     batches them as it would any concurrent requests.
     """
 
+    # A multi-step read must fit one request (each request denoises on its own): see the module docstring.
+    max_step_label_ids = MAX_LOGPROB_TOKEN_IDS
+
     def __init__(self, pool: UpstreamPool, model: str, *, concurrency: int = 64) -> None:
         self.pool = pool
         self.model = model
@@ -148,6 +173,14 @@ class VllmReader:
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         requests = [(r, ids) for r, read in enumerate(reads) for ids in label_id_groups(read.slots)]
+        for r, read in enumerate(reads):
+            split = sum(1 for owner, _ in requests if owner == r)
+            if read.steps > 1 and split > 1:
+                raise InvalidRequest.at(
+                    ("body", "steps"),
+                    f"through vLLM a multi-step read asks at most {MAX_LOGPROB_TOKEN_IDS} label ids in one request "
+                    f"(each request denoises on its own); this one needs {split} requests: ask with steps 1",
+                )
         futures = [
             self._executor.submit(self.pool.post_json, COMPLETIONS_PATH, completion_body(self.model, reads[r], ids))
             for r, ids in requests

@@ -269,7 +269,8 @@ class CanvasBackend:
             return list(jobs)
         runtime, channel = self._runtime, self._channel
         assert runtime is not None and runtime.thinker is not None and channel is not None, "prepare() checks think"
-        requests = [channel.request(jobs[j].plan.prompts[0].ids, jobs[j].request.options.think or 0, jobs[j].seed)
+        prompts = {j: jobs[j].plan.prompts[0] for j in wanting}
+        requests = [channel.request(prompts[j].ids, jobs[j].request.options.think or 0, jobs[j].seed, prompts[j].images)
                     for j in wanting]  # fmt: skip
         written = runtime.thinker.think(requests, lambda i: gone(wanting[i]))
         thought = {j: t for j, t in zip(wanting, written, strict=True) if t is not None}

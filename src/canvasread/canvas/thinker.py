@@ -36,6 +36,7 @@ from typing import Protocol
 from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.layouts import ReadLayout
 from canvasread.canvas.plan import ReadPlan
+from canvasread.canvas.reader import PromptImage
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.types import DecisionRequest, JSONValue
 
@@ -51,6 +52,8 @@ class ThoughtRequest:
     max_tokens: int
     stop_ids: tuple[int, ...]
     seed: int
+    # The prompt's images, as a read of the same prompt places them (a thinker that cannot see them refuses them).
+    images: tuple[PromptImage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,13 @@ class ThoughtChannel:
             return None
         return cls(close[0], (close[0], end[0]))
 
-    def request(self, read_prompt: Sequence[int], max_tokens: int, seed: int) -> ThoughtRequest:
-        """The thought's request: the read prompt with its empty thought block left open."""
+    def request(
+        self, read_prompt: Sequence[int], max_tokens: int, seed: int, images: tuple[PromptImage, ...] = ()
+    ) -> ThoughtRequest:
+        """The thought's request: the read prompt with its empty thought block left open (its images where they are)."""
         if not read_prompt or read_prompt[-1] != self.close_id:
             raise ValueError("the read prompt does not end with the empty thought block")
-        return ThoughtRequest(tuple(read_prompt[:-1]), max_tokens, self.stop_ids, seed)
+        return ThoughtRequest(tuple(read_prompt[:-1]), max_tokens, self.stop_ids, seed, images)
 
 
 def with_thought(read_prompt: Sequence[int], thought: Thought) -> tuple[int, ...]:
@@ -110,8 +115,6 @@ def think_refusal(
             f"think writes one thought for the request's prompt, and the read layout {layout.name!r} gives "
             "each canvas a prompt of its own; serve with --layout default to think"
         )
-    if request.assets:
-        return "think is not available for requests with images yet"
     width = max(len(canvas.ids) for canvas in plan.canvases)
     prompt = len(plan.prompts[0].ids)
     if max_positions is not None and prompt + think + width > max_positions:

@@ -105,14 +105,22 @@ def test_a_layout_without_one_prompt_thought_block_refuses_think(tiny_thinking_c
     assert problem.loc == ("body", "think") and layout in problem.msg
 
 
-def test_think_with_images_is_refused_at_think(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> None:
-    decider, _, _ = recorded
-    assets = {"[photo]": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}}
-    with pytest.raises(InvalidRequest) as refused:
-        decider.ask(
-            "Look at [photo].", {"dark": {"type": "noul", "instructions": "Is it dark?"}}, think=4, assets=assets
-        )
-    assert [p.loc for p in refused.value.problems] == [("body", "think")]
+def test_a_thought_sees_the_request_image(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> None:
+    """The image's pixels reach the generation: with the same ids and seed, another image gives another thought."""
+    decider, reader, _ = recorded
+    question = {"dark": {"type": "noul", "instructions": "Is [photo] dark?"}}
+    texts, prompts = [], []
+    for colour in ((0, 0, 0), (250, 250, 250)):
+        data = base64.b64encode(png(32, 32, colour)).decode()
+        assets = {"[photo]": {"type": "image", "format": "png", "data_base64": data}}
+        before = len(reader.reads)
+        answer = decider.ask("Look at [photo].", question, think=8, seed=3, samples=1, diagnostics=True, assets=assets)
+        [read] = reader.reads[before:]
+        thought = answer["answers"]["dark"]["diagnostics"]["thought"]
+        texts.append(thought["text"])
+        prompts.append(read.prompt_ids[: -thought["tokens"] - 1])  # the prompt before its thought and `<channel|>`
+        assert read.images and read.images[0].start + read.images[0].tokens < len(prompts[-1])
+    assert prompts[0] == prompts[1] and texts[0] != texts[1]  # the same ids: only the pixels differ
 
 
 def test_a_caller_gone_before_its_thought_gets_none_written(

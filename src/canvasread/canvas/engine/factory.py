@@ -93,7 +93,7 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
         # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
         fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
         images=images,
-        thinker=GenerateThinker(loaded.model, pad_id=tokenizer.pad_id),
+        thinker=GenerateThinker(loaded.model, pad_id=tokenizer.pad_id, image_processor=loaded.image_processor),
     )
 
 

@@ -10,6 +10,7 @@ one after another.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Sequence
@@ -28,9 +29,10 @@ _SEEDED = threading.Lock()
 class GenerateThinker:
     """Writes thoughts with `model.generate`; one instance per model replica, used from its worker thread."""
 
-    def __init__(self, model: Any, *, pad_id: int) -> None:
+    def __init__(self, model: Any, *, pad_id: int, image_processor: Any = None) -> None:
         self.model = model
         self.pad_id = pad_id
+        self.image_processor = image_processor
         self.thoughts = 0
 
     def think(self, requests: Sequence[ThoughtRequest], gone: Gone = never_gone) -> list[Thought | None]:
@@ -41,6 +43,7 @@ class GenerateThinker:
         device = next(self.model.parameters()).device
         forked = [device.index or 0] if device.type == "cuda" else []
         prompt = torch.tensor([request.prompt_ids], device=device)
+        images = self._image_inputs(request, prompt)
         with _SEEDED, torch.random.fork_rng(devices=forked), torch.no_grad():
             torch.manual_seed(request.seed)
             output = self.model.generate(
@@ -49,7 +52,28 @@ class GenerateThinker:
                 eos_token_id=list(request.stop_ids),
                 pad_token_id=self.pad_id,
                 disable_compile=True,  # a thought's shapes vary; compiling them would stall the worker
+                **images,
             )
         written = output.sequences[0, prompt.shape[1] :].tolist()
         self.thoughts += 1
         return thought_prefix(request, written, (time.monotonic() - started) * 1000.0)
+
+    def _image_inputs(self, request: ThoughtRequest, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What `generate` takes for the prompt's images: the processor's pixels and which tokens are soft."""
+        if not request.images:
+            return {}
+        if self.image_processor is None:
+            raise ValueError("this checkpoint has no image processor, so it cannot think about images")
+        from PIL import Image
+
+        pictures = [Image.open(io.BytesIO(image.data)).convert("RGB") for image in request.images]
+        processed = self.image_processor(images=pictures, return_tensors="pt")
+        soft = torch.zeros_like(prompt)
+        for image in request.images:
+            soft[0, image.start : image.start + image.tokens] = 1
+        dtype = next(self.model.parameters()).dtype
+        return {
+            "pixel_values": processed["pixel_values"].to(prompt.device, dtype),
+            "image_position_ids": processed["image_position_ids"].to(prompt.device),
+            "mm_token_type_ids": soft,
+        }

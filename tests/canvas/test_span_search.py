@@ -44,8 +44,8 @@ def search(kind: str, reader: ListWriter, markers: Markers, width: int = 16, sam
     def read(ids: tuple[int, ...], slots: tuple[Slot, ...]) -> CanvasRead:
         return CanvasRead((1, 2, 3), 0, ids, slots)
 
-    found = SpanSearch(kind, STATE, canvas, len(NAME), "digest", 5, samples, read)
-    search_all([found], reader, markers, vocab_size=2000)
+    found = SpanSearch(kind, markers, STATE, canvas, len(NAME), "digest", 5, samples, read)
+    search_all([found], reader, vocab_size=2000)
     return found
 
 
@@ -82,8 +82,9 @@ def test_the_search_ends_incomplete_when_the_canvas_is_full_or_the_cap_is_reache
     answer = [token for t in many.ids for token in (t, SEP)]
     reader = ListWriter(answer)
     canvas = NAME + (0,) * 60
-    capped = SpanSearch("spans", many, canvas, len(NAME), "d", 1, 1, lambda ids, slots: CanvasRead((1,), 0, ids, slots))
-    search_all([capped], reader, SPANS, vocab_size=2000)
+    read = lambda ids, slots: CanvasRead((1,), 0, ids, slots)  # noqa: E731
+    capped = SpanSearch("spans", SPANS, many, canvas, len(NAME), "d", 1, 1, read)
+    search_all([capped], reader, vocab_size=2000)
     result = capped.distribution({}).found
     assert result is not None and len(result.pieces) == MAX_PIECES and not result.complete
 
@@ -94,3 +95,17 @@ def test_samples_are_read_with_fresh_noise_and_averaged() -> None:
     [reads] = reader.calls
     assert len(reads) == 3 and len({read.canvas_ids for read in reads}) == 3
     assert found.reads == 3 and found.found is not None and found.found.pieces[0].text == "Bob"
+
+
+def test_a_round_reads_every_search_of_the_batch_in_one_reader_call() -> None:
+    reader = ListWriter([23, SEP, 21, STOP])
+
+    def read(ids: tuple[int, ...], slots: tuple[Slot, ...]) -> CanvasRead:
+        return CanvasRead((1, 2, 3), 0, ids, slots)
+
+    canvas = NAME + (0,) * 14
+    one = SpanSearch("span", SPAN, STATE, canvas, len(NAME), "a", 5, 1, read)
+    every = SpanSearch("spans", SPANS, STATE, canvas, len(NAME), "b", 5, 1, read)
+    search_all([one, every], reader, vocab_size=2000)
+    assert [len(call) for call in reader.calls] == [2, 1, 1]  # both, then the spans rounds alone
+    assert [p.text for p in every.distribution({}).found.pieces] == ["Ann", "Bob"]  # type: ignore[union-attr]

@@ -224,9 +224,7 @@ class CanvasBackend:
             asked = () if gone(j) else job.plan.questions
             searches = (self._span_search(job, planned) for planned in asked)
             found.append({q: search for q, search in enumerate(searches) if search is not None})
-        for kind, markers in self._markers.items():
-            chosen = [s for searches in found for s in searches.values() if s.kind == kind]
-            search_all(chosen, runtime.reader, markers, runtime.tokenizer.vocab_size)
+        search_all([s for searches in found for s in searches.values()], runtime.reader, runtime.tokenizer.vocab_size)
         return found
 
     def _span_search(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
@@ -235,9 +233,9 @@ class CanvasBackend:
         canvas = job.plan.canvases[planned.canvas]
         read = functools.partial(self._blank_read, job, canvas)
         samples = self._initial_reads(job)
-        return SpanSearch(
-            planned.question.kind, job.state, canvas.ids, planned.position, planned.digest, job.seed, samples, read
-        )
+        kind = planned.question.kind
+        blank = (canvas.ids, planned.position, planned.digest)  # where the blank is, and what seeds its noise
+        return SpanSearch(kind, self._markers[kind], job.state, *blank, job.seed, samples, read)
 
     def _span_steps(self, job: CanvasJob) -> int:
         steps = min(max(job.request.options.steps, SPAN_STEPS), self._card.capabilities.max_steps)

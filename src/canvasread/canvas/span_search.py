@@ -37,6 +37,7 @@ class SpanSearch:
     """One span or spans question of one request, as its rounds go: what is pinned, what was found."""
 
     kind: str
+    markers: Markers
     state: StateTokens
     canvas_ids: tuple[int, ...]
     blank_start: int
@@ -53,23 +54,23 @@ class SpanSearch:
     def done(self) -> bool:
         return self.stop_confidence is not None or not self.complete or (self.kind == "span" and bool(self.found))
 
-    def pinned(self, markers: Markers) -> list[int]:
+    def pinned(self) -> list[int]:
         """The line so far: `name:`, then each piece found, in the order found, separated by `;`."""
         ids = list(self.canvas_ids[: self.blank_start])
         for index, ((i, j), _) in enumerate(self.found):
-            if index and markers.separator is not None:
-                ids.append(markers.separator)
+            if index and self.markers.separator is not None:
+                ids.append(self.markers.separator)
             ids += self.state.ids[i:j]
         return ids
 
-    def reads(self, markers: Markers, vocab_size: int) -> list[CanvasRead]:
+    def reads(self, vocab_size: int) -> list[CanvasRead]:
         """This round's reads; none (and `complete` false) when what is left of the canvas holds no piece."""
-        pinned = self.pinned(markers)
+        pinned = self.pinned()
         width = len(self.canvas_ids)
         if width - len(pinned) < MIN_BLANK:
             self.complete = False
             return []
-        wanted = tuple(sorted({*self.state.distinct_ids, markers.stop, *markers.ends}))
+        wanted = tuple(sorted({*self.state.distinct_ids, self.markers.stop, *self.markers.ends}))
         slots = tuple(Slot(position, wanted) for position in range(len(pinned), width))
         reads = []
         for read in range(self.samples):
@@ -78,16 +79,15 @@ class SpanSearch:
             reads.append(self.read(tuple(pinned) + tuple(rng.randrange(vocab_size) for _ in slots), slots))
         return reads
 
-    def record(self, results: Sequence[Sequence[SlotLogProbs]], slots: tuple[Slot, ...], markers: Markers) -> None:
+    def record(self, results: Sequence[Sequence[SlotLogProbs]], slots: tuple[Slot, ...]) -> None:
         """Score this round's blank from its reads and file the piece, or the stop."""
         per_read = [
             [dict(zip(slot.label_ids, got.label_logprobs, strict=True)) for slot, got in zip(slots, read, strict=True)]
             for read in results
         ]
         continues = bool(self.found)
-        scores = score_blank(
-            self.state, mean_rows(per_read), markers, continues=continues, taken=[r for r, _ in self.found]
-        )
+        taken = [r for r, _ in self.found]
+        scores = score_blank(self.state, mean_rows(per_read), self.markers, continues=continues, taken=taken)
         self.rounds.append({"mass": scores.mass, "candidates": scores.candidates, "confidence": scores.confidence})
         if scores.best is None:
             self.stop_confidence = scores.confidence
@@ -110,15 +110,15 @@ class SpanSearch:
         return Distribution((), details, reads=reads, found=found)
 
 
-def search_all(searches: Sequence[SpanSearch], reader: Reader, markers: Markers, vocab_size: int) -> None:
+def search_all(searches: Sequence[SpanSearch], reader: Reader, vocab_size: int) -> None:
     """Run every search's rounds to the end, all searches' reads of a round in one reader call."""
     active = [search for search in searches if not search.done]
     while active:
-        planned = [(search, search.reads(markers, vocab_size)) for search in active]
+        planned = [(search, search.reads(vocab_size)) for search in active]
         planned = [(search, reads) for search, reads in planned if reads]
         results = reader.read([read for _, reads in planned for read in reads]) if planned else []
         cursor = 0
         for search, reads in planned:
-            search.record(results[cursor : cursor + len(reads)], reads[0].slots, markers)
+            search.record(results[cursor : cursor + len(reads)], reads[0].slots)
             cursor += len(reads)
         active = [search for search in active if not search.done]

@@ -2,7 +2,8 @@
 # The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights and sweep
 # it over HTTP, for the standard and the cold-prompt workloads (and, in bf16, the think workload: a 32-token
 # thought before the reads, so its extra cost is measured; THINK=0 skips it; and the span workload: the standard
-# questions plus a span question on a blank canvas of its own; SPAN=0 skips it), in bf16 (fused engine + naive baseline on the
+# questions plus a span question on a blank canvas of its own; SPAN=0 skips it; and the steps4 workload: the
+# standard one read with steps 4, three pinned denoising steps before each read; STEPS=0 skips it), in bf16 (fused engine + naive baseline on the
 # same model instance) and with FP8 experts. Writes one results JSON per (quantization, workload) into OUT.
 # QUANTIZATIONS="fp8-experts" runs only the FP8 half.
 # Usage on the GPU machine, from the repo root, with the wheels (.whl) and the model folder carried:
@@ -39,6 +40,7 @@ if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
     sweep bf16 cold
     if [[ ${THINK:-1} != 0 ]]; then sweep bf16 think --levels "${THINK_LEVELS:-1,4,16}"; fi
     if [[ ${SPAN:-1} != 0 ]]; then sweep bf16 span --levels "${SPAN_LEVELS:-1,4,16}"; fi
+    if [[ ${STEPS:-1} != 0 ]]; then sweep bf16 steps4 --levels "${STEPS_LEVELS:-1,4,16}"; fi
     kill $server; wait $server || true
 fi
 if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" fp8-experts "* ]]; then

@@ -1,6 +1,6 @@
 """One HTTP sweep of a running server for one workload, written as a results JSON (the `canvasread bench` keys).
 
-Usage: python3 bench/http_sweep.py URL MODEL OUT.json --workload standard|cold|think|span
+Usage: python3 bench/http_sweep.py URL MODEL OUT.json --workload standard|cold|think|span|steps4
            --quantization bf16|fp8-experts --server-command "..." [--levels 1,2,4] [--duration 5]
            [--baseline MODEL --baseline-levels 1,4]
 """

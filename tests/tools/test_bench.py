@@ -11,7 +11,7 @@ import httpx
 import pytest
 from helpers import serve_cli
 
-from canvasread.tools.bench import answers_every_question, span_body
+from canvasread.tools.bench import answers_every_question, span_body, steps_body
 
 REQUIRED_KEYS = {
     "gpu",
@@ -82,3 +82,23 @@ def test_the_span_workload_is_answered_whole_by_a_canvas_model(tiny_server: str)
     assert answers_every_question(body, answer)
     signed = answer["answers"]["signed"]
     assert body["state"][signed["start"] : signed["end"]] == signed["text"]
+
+
+def test_the_steps_workload_sweeps_a_canvas_model_through_the_gpu_benchmarks_script(
+    tiny_server: str, tmp_path: Path
+) -> None:
+    """The benchmark's steps4 row, as `bench/gpu_bench.sh` runs it: one second of `bench/http_sweep.py`."""
+    out = tmp_path / "bench-bf16-steps4.json"
+    script = Path(__file__).resolve().parents[2] / "bench" / "http_sweep.py"
+    command = [sys.executable, str(script), tiny_server, "jev-latest", str(out), "--workload", "steps4"]
+    command += ["--server-command", "canvasread serve --model tiny", "--levels", "1", "--duration", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["workload"] == "steps4" and report["request_example"]["steps"] == 4
+    [level] = report["sweep"]
+    assert level["errors"] == 0 and level["requests_ok"] > 0
+    body = steps_body(5)
+    answer = httpx.post(tiny_server + "/v1/systemone", json={**body, "diagnostics": True}, timeout=120).json()
+    assert answers_every_question(body, answer)
+    assert {a["diagnostics"]["steps"] for a in answer["answers"].values()} == {4}

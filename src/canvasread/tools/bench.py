@@ -4,7 +4,8 @@ The standard workload is the one the targets are stated for: a state of about
 150 tokens that differs per request, and three questions whose instructions
 are the same across requests (a noul, a 5-way choice, a 4-level score), read
 once. The cold workload changes the instructions every request (no prefix
-reuse); the think workload asks for a short thought before the reads, so its
+reuse); the think workload asks for a short thought before the reads, and the
+steps4 workload reads each canvas after three pinned denoising steps, so their
 extra cost is measured. Each level runs closed-loop clients for a fixed time through
 `loadgen.drive`; decisions per second count answered questions.
 """
@@ -99,12 +100,22 @@ def span_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
     return {**body, "questions": {**QUESTIONS, "signed": SPAN_QUESTION}}
 
 
+# Denoising steps of the steps4 workload: inside the 2–6 that published multi-step canvas reads use.
+STEPS = 4
+
+
+def steps_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The steps4 workload: the standard one, every canvas read after `STEPS - 1` pinned denoising steps."""
+    return {**standard_body(sequence, model), "steps": STEPS}
+
+
 # The workloads `run_sweep` can drive, by the name results files record.
 WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
     "standard": standard_body,
     "cold": cold_body,
     "think": think_body,
     "span": span_body,
+    f"steps{STEPS}": steps_body,
 }
 
 

@@ -10,7 +10,9 @@ import httpx
 import pytest
 from vllm_standin import Standin, load_standin, running
 
+from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
+from canvasread.canvas.vllm.reader import completion_body
 from canvasread.canvas.vllm.settings import UpstreamSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
@@ -76,21 +78,9 @@ def test_a_multi_step_read_past_128_label_ids_is_a_422_at_steps(upstream: tuple[
 
 def test_the_standin_holds_pins_as_vllm_validates_them(upstream: tuple[Decider, Standin, str]) -> None:
     _, _, base = upstream
-    body: dict[str, Any] = {
-        "model": "dgemma",
-        "prompt": [2, 105, 2364],
-        "max_tokens": 16,
-        "logprobs": 2,
-        "logprob_token_ids": [4443, 1294],
-        "return_tokens_as_token_ids": True,
-        "vllm_xargs": {
-            "diffusion_seed_canvas": [7] * 16,
-            "diffusion_canvas_length": 16,
-            "diffusion_max_steps": 2,
-            "diffusion_read_only": True,
-            "diffusion_pinned": list(range(1, 16)),
-        },
-    }
+    read = CanvasRead((2, 105, 2364), 0, (7,) * 16, (Slot(0, (1294, 4443)),), steps=2, seed=1)
+    body = completion_body("dgemma", read, (1294, 4443))  # what the reader sends: pins 1..15
+    assert body["vllm_xargs"]["diffusion_pinned"] == list(range(1, 16))
     url = base + "/v1/completions"
     assert httpx.post(url, json=body, timeout=60).status_code == 200
     for pins, message in (([16], "inside the canvas"), ([-1], "inside the canvas"), ([True], "diffusion_pinned")):

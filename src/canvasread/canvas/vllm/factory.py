@@ -68,8 +68,8 @@ def canvas_backend_for_upstream(
     where = ", ".join(settings.urls)
     card = ModelCard(
         name=settings.model,
-        description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: one read-only denoising step "
-        "per canvas, label slots read as distributions.",
+        description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: label slots read as "
+        "distributions from one read-only denoising step per canvas (or `steps`, pinned).",
         release_date=time.strftime("%Y-%m-%d"),
         capabilities=Capabilities(
             images=False, spans=True, max_options=255, max_levels=10, max_steps=MAX_STEPS, think=True

@@ -492,3 +492,24 @@ def test_a_blank_read_asks_the_states_ids_in_groups_of_at_most_128(
     asked = [set(body["logprob_token_ids"]) for body in sent]
     assert set().union(*asked) == wanted and sum(map(len, asked)) == len(wanted)
     assert len({tuple(body["vllm_xargs"]["diffusion_seed_canvas"]) for body in sent}) == 1
+
+
+def test_a_small_states_blank_reads_three_steps_through_vllm_with_the_line_pinned(
+    proxy: Decider, standin: tuple[str, Standin]
+) -> None:
+    """Under 128 ids a blank is one request a read, so it takes the blank's steps there too: pinned up to the blank."""
+    state = "Refund Zoë Brontë for order 1182; Ingrid approved it."
+    before = len(standin[1].requests)
+    answers = proxy.ask(state, SPAN_QUESTIONS, seed=6, samples=1, diagnostics=True)["answers"]
+    sent = [body for body in standin[1].requests[before:] if body["vllm_xargs"].get("diffusion_max_steps", 1) > 1]
+    assert sent, "the blanks were read with several steps"
+    for key in ("who", "names"):
+        answer = answers[key]  # type: ignore[index]
+        assert answer["diagnostics"]["steps"] == 3
+        pieces = answer["spans"] if key == "names" else [answer] if answer["found"] else []
+        assert all(state[p["start"] : p["end"]] == p["text"] for p in pieces)
+    for body in sent:
+        xargs = body["vllm_xargs"]
+        pinned = xargs["diffusion_pinned"]
+        assert xargs["diffusion_max_steps"] == 3 and pinned == list(range(len(pinned)))  # the line before the blank
+        assert len(body["logprob_token_ids"]) <= 128

@@ -155,3 +155,16 @@ def test_steps_through_the_live_server(tiny_server: str) -> None:
     assert sum(three["answers"]["team"]["probabilities"].values()) == pytest.approx(1.0)
     refused = httpx.post(tiny_server + "/v1/systemone", json={**body, "steps": 9}, timeout=60)
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "steps"]
+
+
+def test_one_step_takes_no_denoising_step_and_rereads_take_all_their_steps(tiny_decider: Decider) -> None:
+    _, reader = engine(tiny_decider)
+    before = reader.counters()["denoising_steps"]
+    plain = tiny_decider.ask(STATE, QUESTIONS, seed=2, samples=2, diagnostics=True)["answers"]
+    assert reader.counters()["denoising_steps"] == before  # steps 1: today's read-only step, nothing more
+    stepped = tiny_decider.ask(STATE, QUESTIONS, seed=2, samples=2, steps=2, diagnostics=True)["answers"]
+    assert reader.counters()["denoising_steps"] == before + 2  # two reads of the one canvas, one step each first
+    for key, answer in stepped.items():
+        details = answer["diagnostics"]  # type: ignore[index]
+        assert (details["reads"], details["steps"]) == (2, 2), key
+        assert plain[key]["diagnostics"]["steps"] == 1  # type: ignore[index]

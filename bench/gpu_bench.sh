@@ -38,9 +38,11 @@ if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
     serve bf16 --naive-baseline
     sweep bf16 standard --baseline "$name-naive" --baseline-levels 1,4
     sweep bf16 cold
-    if [[ ${THINK:-1} != 0 ]]; then sweep bf16 think --levels "${THINK_LEVELS:-1,4,16}"; fi
     if [[ ${SPAN:-1} != 0 ]]; then sweep bf16 span --levels "${SPAN_LEVELS:-1,4,16}"; fi
     if [[ ${STEPS:-1} != 0 ]]; then sweep bf16 steps4 --levels "${STEPS_LEVELS:-1,4,16}"; fi
+    # Last: a thought is a whole diffusion generation per request (seconds), so a call that runs out of time
+    # still has every other row.
+    if [[ ${THINK:-1} != 0 ]]; then sweep bf16 think --levels "${THINK_LEVELS:-1,4}"; fi
     kill $server; wait $server || true
 fi
 if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" fp8-experts "* ]]; then

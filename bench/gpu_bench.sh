@@ -24,7 +24,11 @@ serve() {  # serve QUANTIZATION FLAGS...: start a server, wait until it is ready
     python3 -m canvasread serve --model "$folder" --random-weights 0.02 --experts grouped_mm --max-batch 256 "$@" \
         --port $port --log-level warning >> "$out/server.log" 2>&1 &
     server=$!
-    for _ in $(seq 1 400); do curl -sf "$url/ready" > /dev/null && break; sleep 1; done
+    for _ in $(seq 1 400); do  # stop waiting as soon as the server has died (a bad flag, a missing wheel)
+        curl -sf "$url/ready" > /dev/null && break
+        kill -0 $server 2> /dev/null || { tail -20 "$out/server.log"; exit 1; }
+        sleep 1
+    done
     curl -sf "$url/ready" > /dev/null
     echo "$quantization server ready after ${SECONDS}s"
 }

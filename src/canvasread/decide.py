@@ -22,18 +22,16 @@ from canvasread.answers import build_answer
 from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsHealth
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
+from canvasread.capabilities import check_capabilities
 from canvasread.errors import (
     CalibrationMismatch,
     DeadlineExceeded,
-    FieldProblem,
-    InvalidRequest,
     ModelNotFound,
     NotReady,
 )
 from canvasread.rotation import plan_rotations
 from canvasread.stages.run import Stage, StageRun
 from canvasread.types import (
-    SPAN_KINDS,
     DecisionRequest,
     DecisionResult,
     Distribution,
@@ -42,7 +40,7 @@ from canvasread.types import (
     Question,
     Usage,
 )
-from canvasread.wire import check_option_counts, parse_request
+from canvasread.wire import parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -364,44 +362,8 @@ class Decider:
         return run.decision()
 
     def _run(self, served: ServedModel, request: DecisionRequest) -> DecisionRun:
-        self._check_capabilities(served.card, request)
+        check_capabilities(served.card, request)
         return DecisionRun(served, request, self.settings)
-
-    @staticmethod
-    def _check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
-        capabilities = card.capabilities
-        problems = [p for q in request.questions if q.kind == "box" for p in _box_problems(card, request, q.key)]
-        problems += [
-            FieldProblem(("body", "questions", q.key), f"model {card.name} cannot answer {q.kind} questions")
-            for q in request.questions
-            if q.kind in SPAN_KINDS and not capabilities.spans
-        ]
-        if request.assets and not capabilities.images:
-            problems.append(
-                FieldProblem(
-                    ("body", "assets"),
-                    f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
-                )
-            )
-        if request.options.steps > capabilities.max_steps:
-            problems.append(
-                FieldProblem(
-                    ("body", "steps"),
-                    f"model {card.name} reads in at most {capabilities.max_steps} step"
-                    f"{'s' if capabilities.max_steps > 1 else ''} (it has no denoiser to run more); "
-                    f"send steps to a DiffusionGemma model, or leave it out",
-                )
-            )
-        if request.options.think is not None and not capabilities.think:
-            problems.append(
-                FieldProblem(
-                    ("body", "think"),
-                    f"model {card.name} cannot think before it reads; leave out think or ask a DiffusionGemma model",
-                )
-            )
-        if problems:
-            raise InvalidRequest(problems)
-        check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")
 
     def ask(
         self,
@@ -414,14 +376,3 @@ class Decider:
         """The library's one-call API: the same JSON as `POST /v1/systemone`, answered in this thread."""
         name, request = parse_request({"model": model, "state": state, "questions": questions, **extensions})
         return self.decide_now(name, request).to_json()
-
-
-def _box_problems(card: ModelCard, request: DecisionRequest, key: str) -> list[FieldProblem]:
-    """A box locates something in the request's one image, so it needs a model that sees and exactly one image."""
-    loc = ("body", "questions", key)
-    if not card.capabilities.images:
-        return [FieldProblem(loc, f"model {card.name} cannot see images, so it cannot answer box questions")]
-    count = len(request.assets)
-    if count != 1:
-        return [FieldProblem(loc, f"a box question needs exactly one image in the request; this one has {count}")]
-    return []

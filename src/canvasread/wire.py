@@ -8,15 +8,13 @@ keep pydantic's locations, so a 422 points at the exact bad field
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.images import decode_assets
 from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
 from canvasread.types import (
     MAX_STEPS,
@@ -24,8 +22,6 @@ from canvasread.types import (
     SPAN_KINDS,
     Condition,
     DecisionRequest,
-    ImageAsset,
-    ImageFormat,
     JSONValue,
     Option,
     OrderMode,
@@ -305,7 +301,7 @@ def parse_request(
     except ValidationError as error:
         raise InvalidRequest(problems_from(error)) from None
     _check_span_state(wire)
-    assets = _decode_assets(wire.assets or {}, parts or {}, images)
+    assets = decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
     options = RequestOptions(
@@ -361,81 +357,6 @@ def _to_question(key: str, question: AnyWireQuestion, order: OrderMode) -> Quest
     )
 
 
-def _decode_assets(
-    assets: Mapping[str, WireAsset], parts: Mapping[str, bytes], limits: ImageLimits
-) -> dict[str, ImageAsset]:
-    if max(len(assets), len(parts)) > limits.max_images:  # before any decoding: counting is free, decoding is not
-        raise InvalidRequest.at(
-            ("body", "assets"), f"at most {limits.max_images} images per request", input=len(assets) or len(parts)
-        )
-    problems: list[FieldProblem] = []
-    decoded: dict[str, ImageAsset] = {}
-    claimed: set[str] = set()
-    for placeholder, asset in assets.items():
-        loc: tuple[str | int, ...] = ("body", "assets", placeholder)
-        if asset.part is not None:
-            if asset.part not in parts:
-                problems.append(
-                    FieldProblem((*loc, "part"), f"no multipart part named {asset.part!r}", input=asset.part)
-                )
-                continue
-            if asset.part in claimed:
-                problems.append(
-                    FieldProblem((*loc, "part"), f"part {asset.part!r} is claimed by two assets", input=asset.part)
-                )
-                continue
-            claimed.add(asset.part)
-            data = parts[asset.part]
-        else:
-            if asset.format is None:
-                problems.append(FieldProblem((*loc, "format"), "format is required with data_base64 (png or jpeg)"))
-                continue
-            encoded = "".join((asset.data_base64 or "").split())
-            if len(encoded) // 4 * 3 > limits.max_bytes:
-                problems.append(FieldProblem((*loc, "data_base64"), f"image is larger than {limits.max_bytes} bytes"))
-                continue
-            try:
-                data = base64.b64decode(encoded, validate=True)
-            except (binascii.Error, ValueError):
-                problems.append(FieldProblem((*loc, "data_base64"), "data_base64 is not valid base64"))
-                continue
-        try:
-            decoded[placeholder] = inspect_image(placeholder, data, limits)
-        except ValueError as error:
-            problems.append(FieldProblem((*loc, "part" if asset.part else "data_base64"), str(error)))
-    for name in sorted(set(parts) - claimed):
-        problems.append(FieldProblem(("body", name), f"multipart part {name!r} is not claimed by any asset"))
-    if problems:
-        raise InvalidRequest(problems)
-    return decoded
-
-
-def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimits()) -> ImageAsset:
-    """Check that bytes are a PNG or JPEG of sane size: the header against the limits, then one full decode.
-
-    The decode runs only once the header is within the limits, and catches
-    files whose header lies (truncated data, a size the data cannot fill) here,
-    as a 422 at the asset, instead of in the model.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    if len(data) > limits.max_bytes:
-        raise ValueError(f"image is larger than {limits.max_bytes} bytes")
-    formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            kind = image.format
-            width, height = image.size
-            if kind not in formats:
-                raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
-            if width < 1 or height < 1 or width * height > limits.max_pixels:
-                raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
-            _decode(image)
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
-        raise ValueError(f"not a readable PNG or JPEG image ({type(error).__name__})") from None
-    return ImageAsset(placeholder, formats[kind], data, width, height)
-
-
 def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
     """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
 
@@ -457,11 +378,3 @@ def check_option_counts(request: DecisionRequest, max_options: int, max_levels: 
             )
     if problems:
         raise InvalidRequest(problems)
-
-
-def _decode(image: Any) -> None:
-    """Decode every pixel once; Pillow's decoders raise many unrelated types on corrupt data."""
-    try:
-        image.load()
-    except Exception as error:
-        raise ValueError(f"the image data cannot be decoded ({type(error).__name__}: {error})") from None

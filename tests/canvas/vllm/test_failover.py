@@ -144,8 +144,10 @@ def test_a_stuck_upstream_costs_one_timeout_then_fails_over(
     stuck = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", stall_s=20.0)
     good = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(stuck) as stuck_url, running(good) as good_url:
-        decider = proxy_over((stuck_url, good_url), tiny_wide_checkpoint, timeout_s=1.0)
-        alone = proxy_over((stuck_url,), tiny_wide_checkpoint, timeout_s=1.0)
+        # The stuck upstream sits 20 s on a read; 5 s is the timeout, so the good upstream (a tiny forward) has
+        # ample time to answer even on a loaded machine, and the stuck one still times out.
+        decider = proxy_over((stuck_url, good_url), tiny_wide_checkpoint, timeout_s=5.0)
+        alone = proxy_over((stuck_url,), tiny_wide_checkpoint, timeout_s=5.0)
         try:
             for seed in range(3):
                 answers = decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)["answers"]

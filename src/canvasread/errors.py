@@ -158,6 +158,13 @@ class MethodNotAllowed(CanvasreadError):
     error_type = "method_not_allowed"
 
 
+class CrossOriginRefused(CanvasreadError):
+    """A form a browser posted from a page on another origin, one `--cors-origin` does not allow (403)."""
+
+    status_code = 403
+    error_type = "cross_origin_refused"
+
+
 class HostNotAllowed(CanvasreadError):
     """A `Host` header this server does not answer to: the guard against DNS rebinding (400)."""
 

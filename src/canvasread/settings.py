@@ -108,5 +108,5 @@ class ServerSettings:
         return self.host in LOOPBACK_HOSTS
 
     def allows_host(self, host: str) -> bool:
-        """Whether a request's `Host` header (port stripped) names this server."""
+        """Whether a request's `Host` header (port stripped) names this server ("" names nothing)."""
         return host.lower() in LOOPBACK_HOSTS or host.lower() in {h.lower() for h in self.allowed_hosts}

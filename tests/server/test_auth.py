@@ -8,10 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import CliServer, cli_process
+from helpers import CliServer, cli_process, serve_app
 from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
 
+from canvasread.backends.base import FunctionBackend
+from canvasread.decide import Decider
+from canvasread.server.app import create_app
 from canvasread.server.auth import bearer_token, collect_api_keys
+from canvasread.settings import ServerSettings
 
 KEYS = ("flag-key-1", "flag-key-2", "env-key-3", "file-key-4")
 ORIGIN = "http://playground.example"
@@ -85,6 +89,30 @@ def test_every_other_route_needs_a_key(keyed: CliServer, path: str) -> None:
 @pytest.mark.parametrize("path", ["/health", "/ready", "/"])
 def test_probes_and_the_playground_page_are_public(keyed: CliServer, path: str) -> None:
     assert httpx.get(keyed.base + path).status_code == 200
+
+
+def test_ready_names_the_models_only_to_a_caller_with_a_key(keyed: CliServer) -> None:
+    for headers in ({}, bearer("wrong")):
+        anonymous = httpx.get(keyed.base + "/ready", headers=headers)
+        assert anonymous.status_code == 200 and anonymous.json() == {"status": "ready"}
+    known = httpx.get(keyed.base + "/ready", headers=bearer(KEYS[2]))
+    assert known.json() == {"status": "ready", "models": ["sparrow-nano-general-v1.1"]}
+
+
+def test_why_models_are_not_ready_is_told_only_to_a_caller_with_a_key() -> None:
+    class NeverLoads(FunctionBackend):
+        def load(self) -> None:
+            raise RuntimeError("weights missing at /srv/secret-model")
+
+    app = create_app(
+        Decider([NeverLoads(lambda r: [], name="secret-model")]), ServerSettings(api_keys=frozenset({"k"}))
+    )
+    with serve_app(app, wait_ready=False) as url:
+        anonymous = httpx.get(url + "/ready")
+        known = httpx.get(url + "/ready", headers=bearer("k"))
+    assert anonymous.status_code == known.status_code == 503
+    assert "secret-model" not in anonymous.text and "API key" in anonymous.json()["detail"]["message"]
+    assert "secret-model failed to load" in known.json()["detail"]["message"]
 
 
 def test_the_official_sdk_with_and_without_the_key(keyed: CliServer) -> None:

@@ -222,7 +222,21 @@ def test_loopback_names_are_answered(base: str, host: str) -> None:
     assert httpx.get(base + "/health", headers={"host": host}).status_code == 200
 
 
-@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8011", "127.0.0.1.nip.io"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "attacker.example",
+        "attacker.example:8011",
+        "127.0.0.1.nip.io",
+        "[::1]evil.example",
+        "[::1]:80evil.example",
+        "localhost:80@evil.example",
+        "localhost@evil.example",
+        "127.0.0.1:8011/evil.example",
+        "localhost:evil.example",
+        "",
+    ],
+)
 def test_other_names_are_refused_on_loopback(base: str, host: str) -> None:
     response = httpx.get(base + "/health", headers={"host": host})
     assert response.status_code == 400

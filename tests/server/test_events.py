@@ -93,6 +93,31 @@ def test_a_request_without_stages_streams_too_and_json_stays_json(sparrow_server
         assert response.headers["content-type"] == "application/json" and "skipped" not in response.json()
 
 
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "text/event-stream;q=0",
+        "text/event-stream; q=0.0, application/json",
+        "application/json, text/event-stream;q=0.5",
+        "text/event-stream;q=nonsense",
+        "text/event-stream;q=2",
+    ],
+)
+def test_an_event_stream_refused_or_preferred_less_than_json_is_json(sparrow_server: str, accept: str) -> None:
+    response = httpx.post(sparrow_server + "/v1/systemone", json=body({"bug": BUG}), headers={"accept": accept})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    "accept", ["text/event-stream;q=0.1", "Text/Event-Stream", "application/json;q=0.5, text/event-stream"]
+)
+def test_an_event_stream_asked_for_streams(sparrow_server: str, accept: str) -> None:
+    payload = body({"bug": BUG})
+    with httpx.stream("POST", sparrow_server + "/v1/systemone", json=payload, headers={"accept": accept}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+
+
 def test_validation_errors_come_back_before_the_stream(sparrow_server: str) -> None:
     for questions, loc in [
         ({"a": {**BUG, "depends_on": ["ghost"]}}, ["body", "questions", "a", "noul", "depends_on", 0]),

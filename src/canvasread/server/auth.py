@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from canvasread.errors import Unauthorized
@@ -27,6 +28,8 @@ KEYS_ENV = "CANVASREAD_API_KEYS"
 # hold no data (the pages ask for a key).
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/"})
 PUBLIC_PREFIXES = ("/static/", "/docs/assets/")
+# Where the middleware notes, in the request's state, whether the caller sent a known key.
+AUTHORIZED = "authorized"
 
 
 def collect_api_keys(
@@ -71,12 +74,14 @@ class ApiKeyMiddleware:
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        if scope["type"] != "http" or not self._digests or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        if scope["type"] != "http" or not self._digests:
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope["headers"])
-        if token is not None and self._allows(token):
+        known = token is not None and self._allows(token)
+        path: str = scope.get("path", "")
+        if known or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            scope.setdefault("state", {})[AUTHORIZED] = known
             await self.app(scope, receive, send)
             return
         message = "invalid API key" if token is not None else "missing API key: send Authorization: Bearer <key>"
@@ -84,3 +89,9 @@ class ApiKeyMiddleware:
         response = error_response(Unauthorized(message), request_id)
         response.headers["WWW-Authenticate"] = "Bearer"
         await response(scope, receive, send)
+
+
+def authorized(request: Request) -> bool:
+    """Whether the caller may see what the server serves: keys are off, or it sent a known one (public routes
+    let anyone in, and say less to callers without a key)."""
+    return bool(getattr(request.state, AUTHORIZED, True))

@@ -47,7 +47,8 @@ def check_headers(headers: Mapping[str, str], limit: int) -> None:
     """Refuse before reading: a declared length over the limit (413), a body that is not JSON or multipart (415).
 
     Requiring the media type also keeps browsers honest: a cross-origin page can
-    send `text/plain` or a form without a CORS preflight, but not JSON.
+    send `text/plain` or a form without a CORS preflight, but not JSON (forms are
+    `origin.check_form_origin`'s to refuse).
     """
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -56,6 +57,12 @@ def check_headers(headers: Mapping[str, str], limit: int) -> None:
     if media_type not in (JSON_TYPE, MULTIPART_TYPE):
         shown = media_type.decode("latin-1")[:100] or "none"
         raise UnsupportedMediaType(f"Content-Type {shown!r}; send application/json or multipart/form-data")
+
+
+def is_multipart(headers: Mapping[str, str]) -> bool:
+    """Whether the body is a form (`multipart/form-data`): the one accepted type a page may post cross-site."""
+    media_type, _ = parse_options_header(headers.get("content-type", ""))
+    return bool(media_type == MULTIPART_TYPE)
 
 
 async def read_limited(chunks: AsyncIterator[bytes], limit: int, timeout_s: float) -> bytes:

@@ -38,8 +38,28 @@ EVENT_STREAM = "text/event-stream"
 
 
 def wants_events(accept: str) -> bool:
-    """Whether the `Accept` header names the event stream (a plain `*/*` or JSON client gets JSON)."""
-    return any(part.split(";")[0].strip().lower() == EVENT_STREAM for part in accept.split(","))
+    """Whether the `Accept` header asks for the event stream: named with a non-zero `q`, and not below JSON.
+
+    A plain `*/*` or JSON client gets JSON; `text/event-stream;q=0` says "not that" (RFC 9110 §12.4.2).
+    """
+    weights = {media: weight for media, weight in map(_media_range, accept.split(",")) if media}
+    events = weights.get(EVENT_STREAM, 0.0)
+    return events > 0.0 and events >= weights.get("application/json", 0.0)
+
+
+def _media_range(part: str) -> tuple[str, float]:
+    """One `Accept` entry as (media type, q); a malformed q counts as 0, so it never selects the stream."""
+    media, *parameters = (piece.strip() for piece in part.split(";"))
+    weight = 1.0
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                weight = float(value)
+            except ValueError:
+                weight = 0.0
+            weight = weight if 0.0 <= weight <= 1.0 else 0.0
+    return media.lower(), weight
 
 
 def event(name: str, data: JSONValue) -> bytes:

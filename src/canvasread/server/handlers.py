@@ -16,16 +16,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from canvasread.decide import Decider
-from canvasread.server.body import check_headers, decode_content, parse_body, read_limited
+from canvasread.server.body import check_headers, decode_content, is_multipart, parse_body, read_limited
 from canvasread.server.disconnect import cancel_on_disconnect
 from canvasread.server.events import stream_decision, wants_events
 from canvasread.server.limits import check_request
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import exchange
+from canvasread.server.origin import check_form_origin
 from canvasread.server.responses import request_id
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
 from canvasread.wire import parse_request
+
+# What /ready says of models that are not ready to a caller without a key.
+HIDDEN_REASONS = "the models are not ready; send an API key to see which and why"
 
 
 class Handlers:
@@ -47,6 +51,8 @@ class Handlers:
         """
         config = self.config
         check_headers(request.headers, config.max_body_bytes)
+        if is_multipart(request.headers):
+            check_form_origin(request.headers, config.cors_origins)
         raw = await read_limited(request.stream(), config.max_body_bytes, config.body_timeout_s)
         async with self._parsing:
             model, decision_request = await asyncio.to_thread(self._parse, raw, request.headers)
@@ -72,16 +78,19 @@ class Handlers:
             "models": [{"name": c.name, "description": c.description, "release_date": c.release_date} for c in cards]
         }
 
-    def ready(self, request_id: str) -> Response:
-        """200 with the served models once every one has loaded; 503 with the reasons before."""
+    def ready(self, request_id: str, *, show_models: bool) -> Response:
+        """200 once every model has loaded, 503 before; the models' names and the reasons only to a caller
+        with a key (or when keys are off), since probes without one must not learn what is served."""
         decider = self.decider
         if decider.ready:
+            if not show_models:
+                return JSONResponse({"status": "ready"})
             return JSONResponse({"status": "ready", "models": [s.card.name for s in decider.served]})
-        reasons = decider.not_ready_reasons()
+        reasons = "; ".join(decider.not_ready_reasons()) if show_models else HIDDEN_REASONS
         return JSONResponse(
             {
                 "status": "not_ready",
-                "detail": {"message": "; ".join(reasons), "error_type": "not_ready", "request_id": request_id},
+                "detail": {"message": reasons, "error_type": "not_ready", "request_id": request_id},
             },
             status_code=503,
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -111,11 +112,17 @@ class RequestIdMiddleware:
             await response(scope, receive, send_with_id)
 
 
-def host_name(value: str) -> str:
-    """The name in a `Host` header, without its port (`[::1]:8011` → `[::1]`)."""
-    if value.startswith("["):
-        return value.partition("]")[0] + "]"
-    return value.rpartition(":")[0] if ":" in value else value
+# A `Host` header as RFC 9110 allows it: a bracketed IPv6 literal or a name, then an optional numeric port.
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\[\]:@/\\?#\s]+)(?::[0-9]{1,5})?")
+
+
+def host_name(value: str) -> str | None:
+    """The name in a `Host` header without its port (`[::1]:8011` → `[::1]`); None for a value that is no host.
+
+    `[::1]evil.example` and `localhost:80@evil.example` are not hosts: what follows the name must be a port.
+    """
+    matched = _HOST.fullmatch(value)
+    return matched.group(1) if matched else None
 
 
 class HostGuardMiddleware:
@@ -128,7 +135,7 @@ class HostGuardMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
-            if host is not None and not self.config.allows_host(host_name(host)):
+            if host is not None and not self.config.allows_host(host_name(host) or ""):
                 refused = HostNotAllowed(f"this server does not answer to Host {host!r}; see --allowed-host")
                 response = error_response(refused, str(scope.get("state", {}).get("request_id", "-")))
                 await response(scope, receive, send)

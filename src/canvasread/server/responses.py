@@ -49,6 +49,7 @@ _ERROR_MEANINGS = {
     400: "Unknown model (api_usage_error; the message lists the served ones), or a body that cannot be read "
     "(bad_request: broken compression, unknown encoding, malformed multipart)",
     401: "Missing or unknown API key (authentication_error)",
+    403: "A form posted by a browser from a page on another origin (cross_origin_refused; see --cors-origin)",
     408: "The body did not arrive within the server's body timeout",
     413: "Body larger than the limit, declared, before or after decompression, or more reading than the model allows",
     415: "Content-Type is neither application/json nor multipart/form-data",

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from canvasread.server.auth import authorized
 from canvasread.server.handlers import Handlers
 from canvasread.server.responses import error_responses, request_id
 from canvasread.wire import ModelList, SystemOneResponse
@@ -66,7 +67,7 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
     @app.post(
         "/v1/systemone",
         response_model=SystemOneResponse,
-        responses={**_EVENT_STREAM, **error_responses(400, 401, 408, 413, 415, 422, 500, 503, 504, 529)},
+        responses={**_EVENT_STREAM, **error_responses(400, 401, 403, 408, 413, 415, 422, 500, 503, 504, 529)},
         openapi_extra=_SYSTEM_ONE_BODY,
     )
     async def system_one(request: Request) -> Response:
@@ -83,7 +84,7 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
 
     @app.get("/ready", responses={503: {"description": "Models are loading or failed to load"}})
     async def ready(request: Request) -> Response:
-        return handlers.ready(request_id(request))
+        return handlers.ready(request_id(request), show_models=authorized(request))
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:

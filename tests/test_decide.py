@@ -78,7 +78,7 @@ def test_capabilities_are_checked_before_the_backend_sees_the_request() -> None:
     with pytest.raises(InvalidRequest) as caught:
         decider.decide_now("default", request({"team": CHOICE}))
     [problem] = caught.value.problems
-    assert problem.loc == ("body", "questions", "team", "choice", "criteria")
+    assert problem.loc == ("questions", "team", "choice", "criteria")
     assert problem.type == "too_long" and problem.ctx == {"max_length": 2}
     assert seen == []
 

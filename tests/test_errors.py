@@ -36,3 +36,14 @@ def test_the_readme_lists_every_error_type_a_response_can_carry() -> None:
     documented = {name for cell in listed for name in re.findall(r"`([a-z_]+)`", cell)}
     served = {cls.error_type for cls in subclasses(CanvasreadError) | {CanvasreadError} if cls not in NEVER_IN_A_BODY}
     assert documented == served
+
+
+def test_no_module_outside_the_http_layer_writes_body_into_a_location() -> None:
+    """Field paths start inside the request; `server/` alone puts "body" before them."""
+    package = Path(__file__).parents[1] / "src" / "canvasread"
+    writers = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "server" not in path.relative_to(package).parts and re.search(r"\(\s*\"body\",", path.read_text())
+    ]
+    assert writers == []

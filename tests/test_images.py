@@ -54,10 +54,10 @@ def test_every_asset_problem_is_reported_at_its_own_field() -> None:
     with pytest.raises(InvalidRequest) as caught:
         decode_assets(assets, {"p1": png(), "stray": png()}, ImageLimits())
     assert locs(caught.value) == [
-        ("body", "assets", "a", "part"),
-        ("body", "assets", "b", "data_base64"),
-        ("body", "assets", "c", "format"),
-        ("body", "stray"),
+        ("assets", "a", "part"),
+        ("assets", "b", "data_base64"),
+        ("assets", "c", "format"),
+        ("stray",),
     ]
 
 
@@ -65,4 +65,4 @@ def test_too_many_images_are_refused_before_any_is_decoded() -> None:
     assets = {str(i): Asset(part=str(i)) for i in range(3)}
     with pytest.raises(InvalidRequest) as caught:
         decode_assets(assets, {}, ImageLimits(max_images=2))
-    assert locs(caught.value) == [("body", "assets")]
+    assert locs(caught.value) == [("assets",)]

@@ -67,3 +67,17 @@ def test_objects_and_arrays_are_fine_and_an_asset_type_may_be_null(sparrow_serve
     response = ask(sparrow_server, {"q": question}, state="<image:1>", assets={"<image:1>": asset})
     # The asset is read (not refused as malformed); the embedded model then says it cannot see images.
     assert response.status_code == 422 and "cannot see images" in response.text
+
+
+def test_core_errors_locate_fields_in_the_request_and_only_http_says_body(sparrow_server: str) -> None:
+    from canvasread.errors import InvalidRequest
+    from canvasread.wire import parse_request
+
+    body = {"model": "jev-latest", "state": {"a": 1}, "questions": {"who": {"type": "span", "instructions": "Who?"}}}
+    with pytest.raises(InvalidRequest) as caught:
+        parse_request(body)
+    assert [problem.loc for problem in caught.value.problems] == [("questions", "who", "span")]
+    assert "body" not in caught.value.message
+    response = httpx.post(sparrow_server + "/v1/systemone", json=body, timeout=60)
+    assert response.status_code == 422
+    assert [problem["loc"] for problem in response.json()["detail"]] == [["body", "questions", "who", "span"]]

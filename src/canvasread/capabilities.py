@@ -18,21 +18,21 @@ def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
     capabilities = card.capabilities
     problems = [p for q in request.questions if q.kind == "box" for p in _box_problems(card, request, q.key)]
     problems += [
-        FieldProblem(("body", "questions", q.key), f"model {card.name} cannot answer {q.kind} questions")
+        FieldProblem(("questions", q.key), f"model {card.name} cannot answer {q.kind} questions")
         for q in request.questions
         if q.kind in SPAN_KINDS and not capabilities.spans
     ]
     if request.assets and not capabilities.images:
         problems.append(
             FieldProblem(
-                ("body", "assets"),
+                ("assets",),
                 f"model {card.name} cannot see images; send the request to a model that can, or remove the assets",
             )
         )
     if request.options.steps > capabilities.max_steps:
         problems.append(
             FieldProblem(
-                ("body", "steps"),
+                ("steps",),
                 f"model {card.name} reads in at most {capabilities.max_steps} step"
                 f"{'s' if capabilities.max_steps > 1 else ''} (it has no denoiser to run more); "
                 f"send steps to a DiffusionGemma model, or leave it out",
@@ -41,7 +41,7 @@ def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
     if request.options.think is not None and not capabilities.think:
         problems.append(
             FieldProblem(
-                ("body", "think"),
+                ("think",),
                 f"model {card.name} cannot think before it reads; leave out think or ask a DiffusionGemma model",
             )
         )
@@ -52,7 +52,7 @@ def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
 
 def _box_problems(card: ModelCard, request: DecisionRequest, key: str) -> list[FieldProblem]:
     """A box locates something in the request's one image, so it needs a model that sees and exactly one image."""
-    loc = ("body", "questions", key)
+    loc = ("questions", key)
     if not card.capabilities.images:
         return [FieldProblem(loc, f"model {card.name} cannot see images, so it cannot answer box questions")]
     count = len(request.assets)

@@ -25,7 +25,11 @@ class CanvasreadError(Exception):
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One entry of FastAPI's 422 `detail` list; `loc` starts after "body"."""
+    """One entry of FastAPI's 422 `detail` list.
+
+    `loc` is the field's path inside the request (`("questions", "team")`), never an HTTP path: the
+    library and the CLI show it as it is, and only the HTTP layer puts `"body"` before it.
+    """
 
     loc: tuple[str | int, ...]
     msg: str

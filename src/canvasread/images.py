@@ -37,13 +37,13 @@ def decode_assets(
     """Every asset's bytes (base64 or a multipart part) checked as an image; one 422 listing every problem."""
     if max(len(assets), len(parts)) > limits.max_images:  # before any decoding: counting is free, decoding is not
         raise InvalidRequest.at(
-            ("body", "assets"), f"at most {limits.max_images} images per request", input=len(assets) or len(parts)
+            ("assets",), f"at most {limits.max_images} images per request", input=len(assets) or len(parts)
         )
     problems: list[FieldProblem] = []
     decoded: dict[str, ImageAsset] = {}
     claimed: set[str] = set()
     for placeholder, asset in assets.items():
-        loc: tuple[str | int, ...] = ("body", "assets", placeholder)
+        loc: tuple[str | int, ...] = ("assets", placeholder)
         if asset.part is not None:
             if asset.part not in parts:
                 problems.append(
@@ -75,7 +75,7 @@ def decode_assets(
         except ValueError as error:
             problems.append(FieldProblem((*loc, "part" if asset.part else "data_base64"), str(error)))
     for name in sorted(set(parts) - claimed):
-        problems.append(FieldProblem(("body", name), f"multipart part {name!r} is not claimed by any asset"))
+        problems.append(FieldProblem((name,), f"multipart part {name!r} is not claimed by any asset"))
     if problems:
         raise InvalidRequest(problems)
     return decoded

@@ -2,8 +2,9 @@
 
 The HTTP layer, the CLI and `canvasread eval` all accept the same JSON, so
 its validation lives here rather than inside `server/`. Validation errors
-keep pydantic's locations, so a 422 points at the exact bad field
-(`["body", "questions", "team", "choice", "criteria"]`), as the hosted API does.
+keep pydantic's locations, field paths inside the body (`("questions", "team",
+"choice", "criteria")`); the HTTP layer puts `"body"` before them, so a 422
+points at the exact bad field as the hosted API does.
 """
 
 from __future__ import annotations
@@ -317,7 +318,7 @@ def _check_span_state(wire: SystemOneRequest) -> None:
     kind = "an object" if isinstance(wire.state, dict) else "an array"
     problems = [
         FieldProblem(
-            ("body", "questions", key, question.type),
+            ("questions", key, question.type),
             f"a {question.type} question answers with character offsets into a text state; this state is {kind} "
             "(send the text to search as the state)",
         )
@@ -370,7 +371,7 @@ def check_option_counts(request: DecisionRequest, max_options: int, max_levels: 
         if len(question.options) > limit:
             problems.append(
                 FieldProblem(
-                    ("body", "questions", question.key, question.kind, "criteria"),
+                    ("questions", question.key, question.kind, "criteria"),
                     f"at most {limit} {what} per question{where}",
                     "too_long",
                     ctx={"max_length": limit},

@@ -76,7 +76,7 @@ def test_a_state_past_the_context_is_a_422_at_the_state(tokenizer: HFTokenizer) 
     )
     with pytest.raises(InvalidRequest) as caught:
         Planner(tokenizer, canvas_length=64, max_positions=256).plan(request)
-    assert caught.value.problems[0].loc == ("body", "state")
+    assert caught.value.problems[0].loc == ("state",)
 
 
 def test_noise_stays_inside_the_model_vocabulary(tokenizer: HFTokenizer, tiny_checkpoint: Path) -> None:

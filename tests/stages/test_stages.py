@@ -88,9 +88,9 @@ def test_unknown_ids_and_self_references_are_located_at_the_key() -> None:
         }
     )
     assert found == [
-        (("body", "questions", "a", "noul", "depends_on", 0), "a question cannot wait on itself"),
-        (("body", "questions", "b", "noul", "depends_on", 1), "there is no question 'nope' in this request"),
-        (("body", "questions", "c", "noul", "ask_if", "missing"), "there is no question 'missing' in this request"),
+        (("questions", "a", "noul", "depends_on", 0), "a question cannot wait on itself"),
+        (("questions", "b", "noul", "depends_on", 1), "there is no question 'nope' in this request"),
+        (("questions", "c", "noul", "ask_if", "missing"), "there is no question 'missing' in this request"),
     ]
 
 
@@ -104,7 +104,7 @@ def test_a_cycle_is_located_at_the_reference_that_closes_it() -> None:
         }
     )
     assert message == "questions `a` → `c` → `b` → `a` wait on each other in a cycle"
-    assert loc == ("body", "questions", "b", "choice", "depends_on", 0)
+    assert loc == ("questions", "b", "choice", "depends_on", 0)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_a_cycle_is_located_at_the_reference_that_closes_it() -> None:
 )
 def test_ask_if_values_must_be_answers_the_named_question_can_give(target: str, value: JSONValue, message: str) -> None:
     questions = {"bug": BUG, "component": COMPONENT, "severity": SEVERITY, "x": {**BUG, "ask_if": {target: [value]}}}
-    assert problems(questions) == [(("body", "questions", "x", "noul", "ask_if", target, 0), message)]
+    assert problems(questions) == [(("questions", "x", "noul", "ask_if", target, 0), message)]
 
 
 def test_the_earlier_answer_is_written_into_the_dependent_questions_instructions() -> None:
@@ -272,7 +272,7 @@ def test_a_box_answer_is_told_as_its_edges_and_ask_if_cannot_name_a_box() -> Non
     box = {"type": "box", "instructions": "Where is the logo?"}
     assert problems({"logo": box, "x": {**BUG, "ask_if": {"logo": [True]}}}) == [
         (
-            ("body", "questions", "x", "noul", "ask_if", "logo", 0),
+            ("questions", "x", "noul", "ask_if", "logo", 0),
             "'logo' is a box: its answer is four edges, which ask_if cannot test",
         )
     ]
@@ -289,7 +289,7 @@ def test_span_answers_are_told_as_their_pieces_and_ask_if_cannot_name_a_span() -
     span = {"type": "span", "instructions": "Who wrote?"}
     assert problems({"who": span, "x": {**BUG, "ask_if": {"who": [True]}}}) == [
         (
-            ("body", "questions", "x", "noul", "ask_if", "who", 0),
+            ("questions", "x", "noul", "ask_if", "who", 0),
             "'who' is a span: its answer is pieces of the state, which ask_if cannot test",
         )
     ]

@@ -156,8 +156,26 @@ class CanvasBackend:
             refusal = "this model cannot think before it reads" if self._channel is None else None
             refusal = refusal or think_refusal(request, job.plan, self.settings.layout, self._planner.max_positions)
             if refusal is not None:
-                raise InvalidRequest.at(("body", "think"), refusal)
+                raise InvalidRequest.at(("think",), refusal)
+        self._check_step_limit(job)
         return job
+
+    def _check_step_limit(self, job: CanvasJob) -> None:
+        """A multi-step read past the reader's label-id limit is refused here, before it queues (blanks read in
+        one step past it, see `_span_steps`)."""
+        reader = self._runtime.reader if self._runtime is not None else None
+        if job.request.options.steps == 1 or not isinstance(reader, StepLimitedReader):
+            return
+        limit = reader.max_step_label_ids
+        for canvas in job.plan.canvases:
+            slots = [slot for q in canvas.questions for slot in job.plan.questions[q].slots]
+            asked = len({token for slot in slots for token in slot.read_ids})
+            if asked > limit:
+                raise InvalidRequest.at(
+                    ("steps",),
+                    f"this model reads a multi-step canvas in one upstream request, which asks at most {limit} label "
+                    f"ids (each request denoises on its own); this canvas asks {asked}: ask with steps 1",
+                )
 
     def cost(self, job: CanvasJob) -> JobCost:
         """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels.

@@ -163,7 +163,7 @@ class Planner:
             width = max(len(canvas.ids) for canvas in layout.canvases if canvas.prompt == index)
             if self.max_positions is not None and len(prompt.ids) + width > self.max_positions:
                 raise InvalidRequest.at(
-                    ("body", "state"),
+                    ("state",),
                     f"the state and questions take {len(prompt.ids)} tokens and "
                     f"the answer {width}; this model reads at most {self.max_positions}",
                 )
@@ -208,7 +208,7 @@ class Planner:
             room = spans.BLANK_TOKENS.get(first.kind, MIN_PADDING)
             width = min(self.canvas_length, math.ceil((len(ids) + room) / CANVAS_ALIGN) * CANVAS_ALIGN)
             if len(ids) + MIN_PADDING > self.canvas_length:
-                raise InvalidRequest.at(("body", "questions"), "a question's answer line does not fit in a canvas")
+                raise InvalidRequest.at(("questions",), "a question's answer line does not fit in a canvas")
             padded = tuple(ids) + (self.tokenizer.pad_id,) * (width - len(ids))
             canvases.append(PlannedCanvas(padded, tuple(group), len(ids), canvas_index if per_canvas else 0))
             for q_index, slots in zip(group, verified, strict=True):
@@ -251,7 +251,7 @@ class Planner:
         """A span question's canvas: `name:`, then the blank (one slot, without labels, marks where it starts)."""
         ids = self.tokenizer.encode(f"{self._head}{name}:")
         if len(ids) + spans.MIN_BLANK > self.canvas_length:
-            raise InvalidRequest.at(("body", "questions", question.key), "the question's name leaves no room to answer")
+            raise InvalidRequest.at(("questions", question.key), "the question's name leaves no room to answer")
         return ids, [(VerifiedSlot(len(ids), (), ()),)]
 
     def _verify(
@@ -311,8 +311,8 @@ def _slot_texts(question: Question) -> list[str]:
 
 def _label_problem(question: Question | None, error: LabelError) -> InvalidRequest:
     if question is None:
-        return InvalidRequest.at(("body", "questions"), f"the questions cannot be labelled in one canvas: {error}")
-    loc = ("body", "questions", question.key, question.kind, "criteria")
+        return InvalidRequest.at(("questions",), f"the questions cannot be labelled in one canvas: {error}")
+    loc = ("questions", question.key, question.kind, "criteria")
     return InvalidRequest([FieldProblem(loc, f"question {question.key!r} cannot be labelled: {error}")])
 
 

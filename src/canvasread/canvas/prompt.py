@@ -117,13 +117,13 @@ class PromptEncoder:
         if not assets:
             return
         if self.images is None:
-            raise InvalidRequest.at(("body", "assets"), "this model cannot see images")
+            raise InvalidRequest.at(("assets",), "this model cannot see images")
         pattern = _names_pattern(assets)
         mentioned = {name for text in texts for name in pattern.findall(text)}
         unused = sorted(set(assets) - mentioned)
         if unused:
             raise InvalidRequest.at(
-                ("body", "assets", unused[0]),
+                ("assets", unused[0]),
                 "the asset is not referenced in the state, instructions or criteria, so the model would never see it",
             )
 

@@ -93,8 +93,9 @@ class ReaderWithCounters(Protocol):
 @runtime_checkable
 class StepLimitedReader(Protocol):
     """A reader whose multi-step reads may ask at most `max_step_label_ids` label ids (vLLM: one request's cap,
-    since each request denoises on its own); it refuses larger ones with a 422, so callers that may choose
-    read those in one step."""
+    since each request denoises on its own). Callers keep every multi-step read within it: the canvas backend
+    refuses a request past it before it queues, and reads a span blank past it in one step; the reader raises
+    `ValueError` for a read past it (a caller's bug, never a request's)."""
 
     max_step_label_ids: int
 

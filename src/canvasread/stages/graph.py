@@ -35,7 +35,7 @@ def stage_numbers(questions: Sequence[Question]) -> tuple[int, ...]:
 
 
 def _loc(question: Question, *rest: str | int) -> tuple[str | int, ...]:
-    return ("body", "questions", question.key, question.kind, *rest)
+    return ("questions", question.key, question.kind, *rest)
 
 
 def _edge_loc(question: Question, prerequisite: str) -> tuple[str | int, ...]:

@@ -102,7 +102,7 @@ def test_a_layout_without_one_prompt_thought_block_refuses_think(tiny_thinking_c
     with pytest.raises(InvalidRequest) as refused:
         decider.ask(STATE, QUESTIONS, think=8)
     [problem] = refused.value.problems
-    assert problem.loc == ("body", "think") and layout in problem.msg
+    assert problem.loc == ("think",) and layout in problem.msg
 
 
 def test_a_thought_sees_the_request_image(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> None:

@@ -70,8 +70,11 @@ def test_a_multi_step_read_past_128_label_ids_is_a_422_at_steps(upstream: tuple[
     before = len(standin.requests)
     with pytest.raises(InvalidRequest) as refused:
         decider.ask(STATE, wide, steps=2, samples=1)
-    assert refused.value.problems[0].loc == ("body", "steps")
+    assert refused.value.problems[0].loc == ("steps",)
     assert "128" in refused.value.problems[0].msg
+    request = parse_request({"model": "dgemma", "state": STATE, "questions": wide, "steps": 2})[1]
+    with pytest.raises(InvalidRequest):  # refused by `prepare`, so it never reaches a batch
+        decider.served[0].backend.prepare(request)
     assert len(standin.requests) == before  # refused before anything is sent
     assert decider.ask(STATE, wide, steps=1, samples=1)["answers"]["intent"]["type"] == "choice"  # type: ignore[index]
 

@@ -80,7 +80,7 @@ def test_a_thought_past_the_context_is_refused_before_anything_is_sent(proxy: tu
     long_state = {"ticket": "refund " * 16_000}  # the prompt fits the tiny model's 16,384 positions, the thought not
     with pytest.raises(InvalidRequest) as refused:
         decider.ask(long_state, {"refund": QUESTIONS["a"]}, think=1024)
-    assert [p.loc for p in refused.value.problems] == [("body", "think")]
+    assert [p.loc for p in refused.value.problems] == [("think",)]
     assert len(served.requests) == before
 
 

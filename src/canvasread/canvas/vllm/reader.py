@@ -50,8 +50,8 @@ once the argmax canvas is stable and the mean entropy under the checkpoint's
 `confidence_threshold`, reporting that step; and it draws its samples and
 renoise unseeded, so a multi-step read's numbers vary from call to call
 whatever the request's seed. Each request denoises on its own, so a
-multi-step read must fit one request: at most 128 label ids (a 422 at `steps`
-otherwise).
+multi-step read must fit one request: at most 128 label ids (`max_step_label_ids`;
+the canvas backend refuses a request past it in `prepare`, a 422 at `steps`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from typing import Any
 
 from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
 from canvasread.canvas.vllm.pool import UpstreamPool
-from canvasread.errors import InvalidRequest, UpstreamFailure
+from canvasread.errors import UpstreamFailure
 
 COMPLETIONS_PATH = "/v1/completions"
 # vLLM's `MAX_LOGPROB_TOKEN_IDS`: a read whose slots need more label ids is split over several requests.
@@ -174,12 +174,9 @@ class VllmReader:
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         requests = [(r, ids) for r, read in enumerate(reads) for ids in label_id_groups(read.slots)]
         for r, read in enumerate(reads):
-            split = sum(1 for owner, _ in requests if owner == r)
-            if read.steps > 1 and split > 1:
-                raise InvalidRequest.at(
-                    ("body", "steps"),
-                    f"through vLLM a multi-step read asks at most {MAX_LOGPROB_TOKEN_IDS} label ids in one request "
-                    f"(each request denoises on its own); this one needs {split} requests: ask with steps 1",
+            if read.steps > 1 and sum(1 for owner, _ in requests if owner == r) > 1:
+                raise ValueError(
+                    f"a multi-step read asks more than {MAX_LOGPROB_TOKEN_IDS} label ids (prepare refuses it)"
                 )
         futures = [
             self._executor.submit(self.pool.post_json, COMPLETIONS_PATH, completion_body(self.model, reads[r], ids))

@@ -54,6 +54,15 @@ def serve_app(app: FastAPI, *, wait_ready: bool = True, settings: ServerSettings
 
     With `settings`, uvicorn runs as `canvasread serve` runs it (its protocol, timeouts and connection limit).
     """
+    with run_uvicorn(app, wait_ready=wait_ready, settings=settings) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def run_uvicorn(
+    app: FastAPI, *, wait_ready: bool = True, settings: ServerSettings | None = None
+) -> Iterator[tuple[str, uvicorn.Server]]:
+    """`serve_app`, also yielding the uvicorn server, for tests that look at its connections."""
     port = free_port()
     if settings is None:
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -69,7 +78,7 @@ def serve_app(app: FastAPI, *, wait_ready: bool = True, settings: ServerSettings
         wait_until(base + "/health")
         if wait_ready:
             wait_until(base + "/ready")
-        yield base
+        yield base, server
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -25,11 +25,17 @@ DEFAULT_MAX_JSON_ITEMS = 1_000_000
 DEFAULT_BODY_TIMEOUT_S = 30.0
 # A client that has not sent its request line and headers in this long is a slowloris, not a slow network.
 DEFAULT_HEADER_TIMEOUT_S = 10.0
+# A client that takes none of its response's output in this long is not reading it (a slow network still
+# takes some): its connection and the response it holds are dropped.
+DEFAULT_SEND_TIMEOUT_S = 30.0
 # Idle keep-alive connections are closed after this long (clients reconnect in a millisecond on loopback).
 DEFAULT_KEEP_ALIVE_S = 5
 # Open connections plus requests in flight before new requests get 503: well above --max-pending's
 # default queue per model, well below the file descriptors a default ulimit (1024) allows.
 DEFAULT_MAX_CONNECTIONS = 768
+# One address may hold half of them, so one client cannot take every connection (behind a proxy every client is
+# the proxy: raise it to --max-connections there).
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = DEFAULT_MAX_CONNECTIONS // 2
 # Bodies parsed at once, each in its own thread: parsing is CPU-bound, so more than the cores only adds memory.
 DEFAULT_PARSE_WORKERS = 2
 # Host names that name this machine; a server bound to loopback answers only these (DNS rebinding).
@@ -74,8 +80,10 @@ class ServerSettings:
     log_payloads: bool = False
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
     keep_alive_s: int = DEFAULT_KEEP_ALIVE_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     parse_workers: int = DEFAULT_PARSE_WORKERS
     # Extra `Host` names to answer to (a reverse proxy's name); the loopback names are always allowed.
     allowed_hosts: tuple[str, ...] = ()
@@ -97,10 +105,10 @@ class ServerSettings:
             raise ValueError("shutdown_timeout_s cannot be negative")
         if self.max_json_items < 1000:
             raise ValueError("max_json_items below 1000 would refuse ordinary requests")
-        if min(self.body_timeout_s, self.header_timeout_s, self.keep_alive_s) <= 0:
-            raise ValueError("body, header and keep-alive timeouts must be positive")
-        if self.max_connections < 1 or self.parse_workers < 1:
-            raise ValueError("max_connections and parse_workers must be at least 1")
+        if min(self.body_timeout_s, self.header_timeout_s, self.send_timeout_s, self.keep_alive_s) <= 0:
+            raise ValueError("body, header, send and keep-alive timeouts must be positive")
+        if min(self.max_connections, self.max_connections_per_client, self.parse_workers) < 1:
+            raise ValueError("max_connections, max_connections_per_client and parse_workers must be at least 1")
 
     @property
     def checks_host(self) -> bool:

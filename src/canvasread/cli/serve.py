@@ -36,8 +36,10 @@ def _server_settings(server: ServerFlags, limits: LimitFlags) -> ServerSettings:
         shutdown_timeout_s=server.shutdown_timeout,
         header_timeout_s=server.header_timeout,
         body_timeout_s=server.body_timeout,
+        send_timeout_s=server.send_timeout,
         keep_alive_s=server.keep_alive,
         max_connections=server.max_connections,
+        max_connections_per_client=server.max_connections_per_client,
         parse_workers=server.parse_workers,
         allowed_hosts=tuple(server.allowed_host or ()),
     )

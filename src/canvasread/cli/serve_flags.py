@@ -203,11 +203,24 @@ HeaderTimeout = Annotated[
 BodyTimeout = Annotated[
     float, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Time a client has to send its body (408).")
 ]
+SendTimeout = Annotated[
+    float,
+    typer.Option(
+        metavar="SECONDS", rich_help_panel=SERVER, help="Connections whose output goes unread this long are dropped."
+    ),
+]
 KeepAlive = Annotated[
     int, typer.Option(metavar="SECONDS", rich_help_panel=SERVER, help="Idle keep-alive connections close after this.")
 ]
 MaxConnections = Annotated[
-    int, typer.Option(metavar="N", rich_help_panel=SERVER, help="Open connections before new ones get 503.")
+    int,
+    typer.Option(metavar="N", rich_help_panel=SERVER, help="Open connections; past it idle ones are closed, else 503."),
+]
+MaxConnectionsPerClient = Annotated[
+    int,
+    typer.Option(
+        metavar="N", rich_help_panel=SERVER, help="Open connections from one address (behind a proxy: the proxy's)."
+    ),
 ]
 ParseWorkers = Annotated[
     int, typer.Option(metavar="N", rich_help_panel=SERVER, help="Bodies parsed at once, each in a thread.")
@@ -353,8 +366,10 @@ class ServerFlags:
     log_payloads: LogPayloads = ServerSettings.log_payloads
     header_timeout: HeaderTimeout = ServerSettings.header_timeout_s
     body_timeout: BodyTimeout = ServerSettings.body_timeout_s
+    send_timeout: SendTimeout = ServerSettings.send_timeout_s
     keep_alive: KeepAlive = ServerSettings.keep_alive_s
     max_connections: MaxConnections = ServerSettings.max_connections
+    max_connections_per_client: MaxConnectionsPerClient = ServerSettings.max_connections_per_client
     parse_workers: ParseWorkers = ServerSettings.parse_workers
     allowed_host: AllowedHosts = None
 

@@ -1,13 +1,25 @@
-"""uvicorn's h11 protocol with what a public server needs: a header timeout, a connection cap, JSON errors.
+"""uvicorn's h11 protocol with what a public server needs: header and send timeouts, connection caps, JSON errors.
 
 uvicorn bounds idle keep-alive connections but not a client that sends its
-request line and headers a byte at a time (slowloris): each such connection
-is held forever. Here every connection waiting for a request has
-`header_timeout_s` to deliver its headers, on the first request and on every
-keep-alive one after, and past `max_connections` open connections a new one
-is answered 503 and closed. uvicorn's own 400 (unparseable HTTP) and 503
-(its concurrency limit) are plain text without the request id the SDK
-reads; these are the API's JSON error bodies.
+request line and headers a byte at a time (slowloris), nor one that never
+reads its response: each such connection, and the response it holds, is kept
+forever. Here:
+
+- every connection waiting for a request has `header_timeout_s` to deliver
+  its headers, on the first request and on every keep-alive one after;
+- output the client does not take is on the clock: a connection whose unsent
+  output has not shrunk for `send_timeout_s` is aborted, which frees it (JSON
+  and event streams alike; a slow reader that keeps reading is left alone);
+- past `max_connections` open connections, or `max_connections_per_client`
+  from one address, a new connection first evicts the connection (of that
+  client, for its own cap) that has waited longest without a request in
+  flight: idle keep-alive connections and half-sent headers make room for
+  clients with work. Only when every connection is busy is the new one
+  answered 503 and closed.
+
+uvicorn's own 400 (unparseable HTTP) and 503 (its concurrency limit) are
+plain text without the request id the SDK reads; these are the API's JSON
+error bodies.
 """
 
 from __future__ import annotations
@@ -15,30 +27,78 @@ from __future__ import annotations
 import asyncio
 import http
 import json
+import time
 import uuid
+from collections import Counter
+from typing import ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from canvasread.server.responses import REQUEST_ID_HEADER
+from canvasread.settings import ServerSettings
 
 
 class GuardedH11Protocol(H11Protocol):
-    """Closes connections that do not deliver their headers in time; answers broken HTTP with a JSON 400."""
+    """Closes connections that do not deliver their headers or take their output in time; evicts idle ones
+    first when connections pile up; answers broken HTTP with a JSON 400."""
 
     header_timeout_s: float = 10.0
+    send_timeout_s: float = 30.0
     max_connections: int = 768
+    max_connections_per_client: int = 384
+    # Open connections per client address, shared by every connection of one server (`guarded_protocol`).
+    per_client: ClassVar[Counter[str]] = Counter()
 
     _header_timer: asyncio.TimerHandle | None = None
+    _send_timer: asyncio.TimerHandle | None = None
+    _unsent = 0
     _refused = False
+    # Since when the connection has had no request in flight; None while one is.
+    _idle_since: float | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._refused = len(self.connections) > self.max_connections
+        self._idle_since = time.monotonic()
+        self.per_client[self._address] += 1
+        self._refused = not self._make_room()
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        self.per_client[self._address] -= 1
+        if self.per_client[self._address] <= 0:
+            del self.per_client[self._address]
         super().connection_lost(exc)
+
+    @property
+    def _address(self) -> str:
+        return self.client[0] if self.client else ""
+
+    def _make_room(self) -> bool:
+        """Within both caps, evicting the longest-idle connection (the client's own, for its cap) as needed."""
+        if self.per_client[self._address] > self.max_connections_per_client and not self._evict(self._address):
+            return False
+        return len(self.connections) <= self.max_connections or self._evict(None)
+
+    def _evict(self, address: str | None) -> bool:
+        """Close the connection (of `address`, if given) idle longest; False when every one has work in flight."""
+        idle = [
+            other
+            for other in self.connections
+            if isinstance(other, GuardedH11Protocol)
+            and other is not self
+            and other._idle_since is not None
+            and (address is None or other._address == address)
+            and not other.transport.is_closing()
+        ]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda other: other._idle_since or 0.0)
+        oldest.transport.abort()  # nothing of a request is lost: none is in flight there
+        return True
 
     def data_received(self, data: bytes) -> None:
         if self._refused:  # answered whatever it asks: the first bytes of a request are enough to reply to
@@ -49,12 +109,39 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle
         super().data_received(data)
         if self.cycle is not cycle:  # the headers arrived and a request began
-            self._disarm_header_timer()
+            self._began_request()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._idle_since = time.monotonic()
+        self._watch_output()  # the response's tail may still wait for the client to read it
         if self.cycle is not None and not self.cycle.response_complete:  # a pipelined request began
-            self._disarm_header_timer()
+            self._began_request()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_output()
+
+    def _began_request(self) -> None:
+        self._disarm_header_timer()
+        self._idle_since = None
+
+    def _watch_output(self) -> None:
+        """Put unsent output on the send clock, unless it already is."""
+        if self._send_timer is None and self.transport.get_write_buffer_size() > 0:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._send_timer = self.loop.call_later(self.send_timeout_s, self._on_send_timeout)
+
+    def _on_send_timeout(self) -> None:
+        """Abort a connection whose output has not shrunk in `send_timeout_s`; keep watching one that has."""
+        self._send_timer = None
+        unsent = self.transport.get_write_buffer_size()
+        if unsent == 0:
+            return
+        if unsent < self._unsent:
+            self._watch_output()
+            return
+        self.transport.abort()  # `close` would wait for the client to read what it never will
 
     def _waiting_for_request(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
@@ -92,7 +179,13 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def guarded_protocol(header_timeout_s: float, max_connections: int) -> type[GuardedH11Protocol]:
-    """The protocol class uvicorn builds per connection, with this server's header timeout and connection cap."""
-    limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections}
+def guarded_protocol(config: ServerSettings) -> type[GuardedH11Protocol]:
+    """The protocol class uvicorn builds per connection, with this server's timeouts and connection caps."""
+    limits = {
+        "header_timeout_s": config.header_timeout_s,
+        "send_timeout_s": config.send_timeout_s,
+        "max_connections": config.max_connections,
+        "max_connections_per_client": config.max_connections_per_client,
+        "per_client": Counter[str](),
+    }
     return type("GuardedH11Protocol", (GuardedH11Protocol,), limits)

@@ -15,7 +15,7 @@ from canvasread.settings import ServerSettings
 def uvicorn_config(
     app: FastAPI, config: ServerSettings, *, log_level: str = "info", configure_logging: bool = True
 ) -> uvicorn.Config:
-    """uvicorn's settings from ours: header, idle and shutdown timeouts, a connection limit, our log format.
+    """uvicorn's settings from ours: header, send, idle and shutdown timeouts, connection caps, our log format.
 
     uvicorn's own access log is off: ours (`logs.AccessLog`) carries more. Without `configure_logging`
     the process's logging is left as it is (tests that capture logs).
@@ -23,7 +23,7 @@ def uvicorn_config(
     settings: dict[str, Any] = {
         "host": config.host,
         "port": config.port,
-        "http": guarded_protocol(config.header_timeout_s, config.max_connections),
+        "http": guarded_protocol(config),
         "timeout_keep_alive": config.keep_alive_s,
         "timeout_graceful_shutdown": config.shutdown_timeout_s,
         "log_level": log_level,

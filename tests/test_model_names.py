@@ -28,7 +28,11 @@ def decider(*aliases: tuple[str, str]) -> Decider:
         "default",
         "jev-1.13.0",
         "jev-1.13",
+        "jev-1.14.0",
+        "jev-1.14",
         "jev-preview",
+        "openjev-latest",
+        "typesafe/jev-1.14.0",
         "typesafe/jev-latest",
         "~typesafe/jev-latest",
         "typesafe/jev-1.13",
@@ -72,6 +76,12 @@ def test_unknown_model_is_a_400_api_usage_error_naming_what_is_served() -> None:
 def test_bad_aliases_are_refused_at_startup(aliases: tuple[tuple[str, str], ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decider(*aliases)
+
+
+def test_serve_model_default_is_the_embedded_model() -> None:
+    with serve_cli("--model", "default") as base:
+        ready = httpx.get(base + "/ready", timeout=10).json()
+    assert ready["models"] == ["sparrow-nano-general-v1.1"]
 
 
 def test_serve_alias_flag_names_a_model_that_v1_models_lists() -> None:

@@ -15,7 +15,7 @@ from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
-from canvasread.decide import Decider, DeciderSettings
+from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
 from canvasread.errors import MissingExtra, ModelNotFound, NotReady
 
 if TYPE_CHECKING:
@@ -52,7 +52,9 @@ def backends_for(
     that can never load before it binds: an unknown sparrow name, a missing
     folder, a missing extra. A slow but valid load happens behind the open port.
     `reading` (the read layout, re-read rule) applies to the canvas backends; sparrow models read no canvases.
+    The default model's aliases (`default`, `jev-latest`...) name the embedded default.
     """
+    spec = DEFAULT_SPARROW_MODEL if spec in DEFAULT_ALIASES else spec
     if is_sparrow_model(spec):
         return [_sparrow(spec)]
     _check_local_checkpoint(spec)

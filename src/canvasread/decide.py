@@ -44,8 +44,18 @@ from canvasread.wire import parse_request
 
 logger = logging.getLogger(__name__)
 
-# The default model also answers to these: its own aliases, then the hosted API's names that clients pin.
-DEFAULT_ALIASES = ("jev-latest", "default", "jev-1.13.0", "jev-1.13", "jev-preview")
+# The default model also answers to these: its own aliases, the hosted API's names that clients pin (jev-1.14.0 for
+# box), and the local preset of CLI tools that talk to any Jev server (openjev-latest).
+DEFAULT_ALIASES = (
+    "jev-latest",
+    "default",
+    "jev-1.14.0",
+    "jev-1.14",
+    "jev-1.13.0",
+    "jev-1.13",
+    "jev-preview",
+    "openjev-latest",
+)
 # Routers put a provider before the model name (`typesafe/jev-latest`, `~typesafe/jev-1.13`); it is dropped.
 PROVIDER_PREFIXES = ("~typesafe/", "typesafe/")
 

@@ -174,6 +174,20 @@ def test_docs_and_schema_are_labelled_by_their_routes(base: str) -> None:
     assert ("/openapi.json", "GET") in labels and ("/docs", "GET") in labels
 
 
+# ---- issue 26: a client's own request id comes back -----------------------------------------------
+
+
+def test_a_clients_x_request_id_is_echoed_beside_the_servers_own(base: str) -> None:
+    sent = httpx.post(base + "/v1/systemone", json=json.loads(BODY), headers={"x-request-id": "trace-42/abc"})
+    assert sent.status_code == 200 and sent.headers["x-request-id"] == "trace-42/abc"
+    assert len(sent.headers["x-typesafe-request-id"]) == 32 and sent.headers["x-typesafe-request-id"] != "trace-42/abc"
+    assert httpx.get(base + "/nowhere", headers={"x-request-id": "r1"}).headers["x-request-id"] == "r1"
+    assert "x-request-id" not in httpx.get(base + "/health").headers
+    for unfit in ("has space", "x" * 201, "é"):
+        response = httpx.get(base + "/health", headers={"x-request-id": unfit.encode()})
+        assert "x-request-id" not in response.headers
+
+
 # ---- 16: one log line per record -----------------------------------------------------------------
 
 

@@ -12,11 +12,9 @@ import typer.core
 from rich.markup import escape
 from rich.table import Table
 
-from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.catalog import open_decider
 from canvasread.cli.errors import UserError, console
 from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_MODEL, ApiKey, ModelSpec, RemoteUrl
-from canvasread.decide import DEFAULT_ALIASES
 
 # Seconds one request may take over HTTP: the server's own default deadline, plus a little for the network.
 HTTP_TIMEOUT_S = 130.0
@@ -107,7 +105,7 @@ def _answer(url: str | None, api_key: str, model: str, body: dict[str, Any]) -> 
         from canvasread.cli.client import call
 
         return call("POST", url, "/v1/systemone", api_key, body={"model": model, **body}, timeout_s=HTTP_TIMEOUT_S)
-    decider = open_decider((DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model,))
+    decider = open_decider((model,))
     state, questions = body.pop("state"), body.pop("questions")
     response: dict[str, Any] = decider.ask(state, questions, **body)
     return response

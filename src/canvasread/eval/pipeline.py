@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from canvasread.backends.base import HasFingerprint
-from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
 from canvasread.calibration import Calibration
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.layouts import layout_named
@@ -63,13 +62,12 @@ def file_sha256(path: Path) -> str:
 
 def _local_decider(model: str, calibration: Path | None = None, layout: str | None = None) -> Decider:
     """The model in process (`default` is the embedded one) read with `layout`, a calibration applied if given."""
-    spec = DEFAULT_SPARROW_MODEL if model in DEFAULT_ALIASES else model
     reading = ReadSettings()
     if layout is not None:
-        if spec.startswith("sparrow-"):
+        if model in DEFAULT_ALIASES or model.startswith("sparrow-"):
             raise ValueError(f"{model!r} reads no canvas, so it has no read layout; give a DiffusionGemma checkpoint")
         reading = ReadSettings(layout=layout_named(layout))
-    decider = open_decider((spec,), reading=reading)
+    decider = open_decider((model,), reading=reading)
     if calibration is not None:
         decider.use_calibration(Calibration.load(calibration))
     return decider

@@ -80,17 +80,16 @@ class RequestIdMiddleware:
             task.add_done_callback(self.in_flight.tasks.discard)
         request_id = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        ids = [(REQUEST_ID_HEADER.encode(), request_id.encode()), *client_request_id(scope["headers"])]
         started = False
 
         async def send_with_id(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER.encode()]
-                message = {
-                    **message,
-                    "headers": [*headers, (REQUEST_ID_HEADER.encode(), request_id.encode())],
-                }
+                names = {name for name, _ in ids}
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": [*headers, *ids]}
             await send(message)
 
         try:
@@ -112,8 +111,17 @@ class RequestIdMiddleware:
             await response(scope, receive, send_with_id)
 
 
+CLIENT_REQUEST_ID_HEADER = b"x-request-id"
+_PRINTABLE_ID = re.compile(rb"[\x21-\x7e]{1,200}")
 # A `Host` header as RFC 9110 allows it: a bracketed IPv6 literal or a name, then an optional numeric port.
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\[\]:@/\\?#\s]+)(?::[0-9]{1,5})?")
+
+
+def client_request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's own `X-Request-Id`, to echo (proxies and tracing clients match on it); only a printable
+    ASCII token of at most 200 characters is echoed, so no header can be forged through it."""
+    value = next((v.strip() for k, v in headers if k == CLIENT_REQUEST_ID_HEADER), b"")
+    return [(CLIENT_REQUEST_ID_HEADER, value)] if _PRINTABLE_ID.fullmatch(value) else []
 
 
 def host_name(value: str) -> str | None:

@@ -9,7 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def shell(command: str, **replacements: str) -> subprocess.CompletedProcess[str]:
+    """A README command line run by bash from the repository root, as a user who cloned it types it
+    (`canvasread` is this interpreter's console script); each replacement swaps a text such as the URL."""
+    for old, new in replacements.items():
+        assert old in command, (old, command)
+        command = command.replace(old, new)
+    environment = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "COLUMNS": "160"}
+    return subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120
+    )
 
 
 def section(title: str) -> str:
@@ -60,3 +73,28 @@ def test_the_library_example_runs() -> None:
     embedded = code.split("\ncheckpoint = ", 1)[0]
     run = subprocess.run([sys.executable, "-c", embedded], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_example_files_answer_as_the_flags_do() -> None:
+    shell_section = section("Ask from the shell")
+    [line] = [line for line in code_blocks(shell_section, "bash")[0].splitlines() if "examples/" in line]
+    run = shell(line.split("  #")[0])
+    assert run.returncode == 0, run.stderr
+    answers = json.loads(run.stdout)["answers"]
+    claim = re.search(r"billing with probability ([\d.]+), tone ([\d.]+)", shell_section)
+    assert claim, "the README says what the embedded model answers"
+    assert answers["team"]["choice"] == "billing"
+    assert f"{answers['team']['probabilities']['billing']:.3f}" == claim.group(1)
+    assert f"{answers['tone']['score']:.2f}" == claim.group(2)
+
+
+def test_the_streamed_pipeline_example_runs_from_its_file(sparrow_server: str) -> None:
+    stages = section("Questions that depend on each other, and streamed answers")
+    body = json.loads(code_blocks(stages, "json")[0])
+    assert json.loads((ROOT / "examples" / "pipeline.json").read_text()) == body
+    [curl] = code_blocks(stages, "bash")
+    run = shell(curl.strip(), **{"http://127.0.0.1:8011": sparrow_server})
+    assert run.returncode == 0, run.stderr
+    events = [line.removeprefix("event: ") for line in run.stdout.splitlines() if line.startswith("event: ")]
+    assert events[-1] == "done" and "error" not in events
+    assert {"answer", "skipped"} <= set(events)

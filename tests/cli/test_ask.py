@@ -4,7 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, canvasread
+from helpers import assert_one_line_error, canvasread, serve_app
+
+from canvasread.backends.base import FunctionBackend
+from canvasread.decide import Decider
+from canvasread.server.app import create_app
+from canvasread.types import DecisionRequest
 
 
 def test_ask_with_flags_prints_a_table() -> None:
@@ -57,9 +62,54 @@ def test_ask_a_running_server(sparrow_server: str) -> None:
     assert json.loads(result.stdout)["answers"]["noul"]["type"] == "noul"
 
 
-def test_ask_reports_invalid_questions_clearly() -> None:
-    result = canvasread("ask", "x", "--choice", "Which?")
-    assert_one_line_error(result, "criteria")
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--choice", "Which?"), "--choice 'Which?' has no options: add -o/--option after it"),
+        (("--score", "How?"), "--score 'How?' has no options: add -l/--level after it"),
+        (("--noul", "Ok?", "--samples", "lots"), "--samples takes a number of reads or auto, not 'lots'"),
+    ],
+)
+def test_ask_reports_invalid_questions_in_the_words_of_its_flags(args: tuple[str, ...], expected: str) -> None:
+    line = assert_one_line_error(canvasread("ask", "x", *args), expected)
+    assert "criteria" not in line
+
+
+def test_one_token_is_one_token() -> None:
+    result = canvasread("ask", "hi", "--noul", "Is this a greeting?")
+    assert result.returncode == 0, result.stderr
+    [usage] = [line for line in result.stdout.splitlines() if line.startswith("usage:")]
+    assert usage.endswith(", 1 output token")
+
+
+def test_the_request_flags_reach_the_server() -> None:
+    seen: list[DecisionRequest] = []
+
+    def answer(request: DecisionRequest) -> list[list[float]]:
+        seen.append(request)
+        return [[0.6, 0.4] for _ in request.questions]
+
+    with serve_app(create_app(Decider([FunctionBackend(answer)]))) as base:
+        flags = ("--seed", "7", "--samples", "3", "--diagnostics", "--order", "rotate", "--min-confidence", "0.99")
+        result = canvasread("ask", "x", "--choice", "Team?", "-o", "a", "-o", "b", *flags, "--url", base, "--json")
+        table = canvasread("ask", "x", "--noul", "Ok?", "--diagnostics", "--url", base)
+    assert result.returncode == 0, result.stderr
+    options = seen[0].options
+    assert (options.seed, options.samples, options.diagnostics) == (7, 3, True)
+    assert len(seen[0].questions) == 2  # as-given and one rotation, in one read
+    answer_json = json.loads(result.stdout)["answers"]["choice"]
+    assert answer_json["abstain"] is True and answer_json["diagnostics"]["rotations"] == 2
+    assert "diagnostics of noul: {" in table.stdout
+
+
+def test_a_state_argument_that_replaces_the_files_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps({"state": "from the file", "questions": {"q": {"type": "noul", "instructions": "?"}}}))
+    result = canvasread("ask", "-", "--file", str(path), "--json", stdin="from standard input")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "warning: the state from standard input replaces the state in --file"
+    quiet = canvasread("ask", "--file", str(path), "--json")
+    assert quiet.returncode == 0 and quiet.stderr == ""
 
 
 def test_several_choices_and_scores_each_keep_their_own_options() -> None:

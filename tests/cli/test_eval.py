@@ -119,6 +119,16 @@ def test_eval_without_matplotlib_writes_the_reports_and_says_what_the_plot_needs
     assert not (out / "reliability.png").exists() and "reliability.png" not in result.stdout
 
 
+def test_calibrate_shows_bucket_names_and_the_fingerprint_whole_at_80_columns(slice_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "calibration.json"
+    result = canvasread("calibrate", str(slice_path), "--out", str(out), columns=80)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fitted = json.loads(out.read_text())
+    cells = {cell.strip() for line in result.stdout.splitlines() for cell in line.split("│")}
+    assert set(fitted["fit"]["buckets"]) <= cells and fitted["fit"]["buckets"]
+    assert f"(fingerprint {fitted['fingerprint']})" in result.stdout  # on one line, to copy
+
+
 def test_banking77_needs_its_source_folder(tmp_path: Path) -> None:
     """No default that points outside the repository: the folder is named on the command line (issue 15.1)."""
     result = canvasread("banking77", str(tmp_path / "out.jsonl"))

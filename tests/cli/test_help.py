@@ -24,3 +24,18 @@ def test_help_has_no_python_types(command: str | None) -> None:
 def test_serve_help_shows_the_default_model() -> None:
     result = canvasread("serve", "--help")
     assert "[default: (sparrow-nano-general-v1.1)]" in result.stdout
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, None])
+def test_dash_h_is_help(command: str | None) -> None:
+    result = canvasread(*([command] if command else []), "-h")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == canvasread(*([command] if command else []), "--help").stdout
+
+
+def test_dash_dash_version_prints_the_version() -> None:
+    from canvasread import __version__
+
+    result = canvasread("--version")
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"{__version__}\n", "")
+    assert canvasread("version").stdout == result.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import serve_cli
+from helpers import canvasread, serve_cli
 
 from canvasread.tools.bench import answers_every_question, span_body, steps_body
 
@@ -102,3 +102,13 @@ def test_the_steps_workload_sweeps_a_canvas_model_through_the_gpu_benchmarks_scr
     answer = httpx.post(tiny_server + "/v1/systemone", json={**body, "diagnostics": True}, timeout=120).json()
     assert answers_every_question(body, answer)
     assert {a["diagnostics"]["steps"] for a in answer["answers"].values()} == {4}
+
+
+def test_bench_without_matplotlib_says_it_skips_the_plot(sparrow_server: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    flags = ("--concurrency", "1", "--duration", "0.5", "--out", str(out))
+    result = canvasread("bench", "--url", sparrow_server, *flags, without=("matplotlib",))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert result.stderr.lstrip().startswith("warning: the bench.png plot needs matplotlib")  # said first
+    assert "pip install 'canvasread[plots]'" in result.stderr
+    assert (out / "bench.json").exists() and not (out / "bench.png").exists()

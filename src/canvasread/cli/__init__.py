@@ -24,20 +24,30 @@ app = typer.Typer(
     help="canvasread: a self-hosted System One decision server.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-@app.callback()
-def _options(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
-) -> None:
-    """canvasread: a self-hosted System One decision server."""
-    invocation.debug = debug
 
 
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        version()
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """canvasread: a self-hosted System One decision server."""
+    invocation.debug = debug
 
 
 app.command()(guarded(serve))

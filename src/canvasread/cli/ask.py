@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from canvasread.catalog import open_decider
-from canvasread.cli.errors import UserError, console
-from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_MODEL, ApiKey, ModelSpec, RemoteUrl
+from canvasread.cli.errors import UserError, console, warn
+from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_MODEL, ApiKey, ModelSpec, Order, RemoteUrl
+from canvasread.types import OrderMode
 
 # Seconds one request may take over HTTP: the server's own default deadline, plus a little for the network.
 HTTP_TIMEOUT_S = 130.0
@@ -67,6 +68,10 @@ def questions_from_flags(order: list[str], values: dict[str, list[str]]) -> dict
                 last["criteria"].update([_option(text)])
             else:
                 last["criteria"].append(text)
+    for question in questions.values():
+        if "criteria" in question and not question["criteria"]:
+            flag = next(flag for kind, flag in ATTACHED_FLAGS.values() if kind == question["type"])
+            raise UserError(f"--{question['type']} {question['instructions']!r} has no options: add {flag} after it")
     return questions
 
 
@@ -86,8 +91,11 @@ def _read_body(file: Path | None) -> dict[str, Any]:
 
 
 def _state(argument: str | None, body: dict[str, Any], as_json: bool) -> Any:
-    """The state from the argument ('-' is stdin), else from the file's body."""
+    """The state from the argument ('-' is stdin), else from the file's body (saying so when both give one)."""
     text = sys.stdin.read() if argument == "-" else argument
+    if text is not None and ("state" in body or "document" in body):
+        where = "standard input" if argument == "-" else "the STATE argument"
+        warn(f"the state from {where} replaces the state in --file")
     value = body.get("state", body.get("document")) if text is None else text
     if value is None:
         raise UserError("no state: pass it as an argument, '-' for stdin, or in --file")
@@ -146,8 +154,15 @@ def print_answers(response: dict[str, Any], questions: dict[str, dict[str, Any]]
         bars = "\n".join(f"{str(name)[:width]:>{width}} {_bar(p)} {p:.3f}" for name, p in rows.items())
         table.add_row(escape(str(questions.get(key, {}).get("instructions") or key)), escape(summary), escape(bars))
     console.print(table)
+    for key, answer in response["answers"].items():
+        if "diagnostics" in answer:
+            console.print(f"diagnostics of {escape(key)}: {escape(json.dumps(answer['diagnostics']))}", soft_wrap=True)
     usage = response["usage"]
-    console.print(f"usage: {usage['input_tokens']} input tokens, {usage['output_tokens']} output tokens")
+    console.print(f"usage: {_count(usage['input_tokens'], 'input')}, {_count(usage['output_tokens'], 'output')}")
+
+
+def _count(tokens: int, kind: str) -> str:
+    return f"{tokens} {kind} token{'' if tokens == 1 else 's'}"
 
 
 State = Annotated[str | None, typer.Argument(metavar="STATE", help="The state (text); '-' reads standard input.")]
@@ -169,6 +184,30 @@ Levels = Annotated[
 File = Annotated[Path | None, typer.Option(metavar="PATH", help="JSON file: a full request body or a questions map.")]
 StateJson = Annotated[bool, typer.Option(help="Parse the state as JSON.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the raw response.")]
+Seed = Annotated[int | None, typer.Option(metavar="N", help="Seed of the canvas noise (same seed, same answers).")]
+Samples = Annotated[
+    str | None, typer.Option(metavar="N|auto", help="Reads per question, 1-16, or auto (re-read the uncertain).")
+]
+Diagnostics = Annotated[bool, typer.Option(help="Ask for each question's read details (printed below the table).")]
+MinConfidence = Annotated[
+    float | None, typer.Option(metavar="P", help="Abstain below this confidence (questions that set none).")
+]
+
+
+def _samples(text: str | None) -> int | str | None:
+    if text is None or text == "auto":
+        return text
+    if not text.isdigit():
+        raise UserError(f"--samples takes a number of reads or auto, not {text!r}")
+    return int(text)
+
+
+def request_options(
+    seed: int | None, samples: str | None, diagnostics: bool, order: OrderMode | None
+) -> dict[str, Any]:
+    """The extension keys the flags set; each replaces the same key of a --file body."""
+    chosen = {"seed": seed, "samples": _samples(samples), "diagnostics": diagnostics or None, "order": order}
+    return {key: value for key, value in chosen.items() if value is not None}
 
 
 def ask(
@@ -185,6 +224,11 @@ def ask(
     model: ModelSpec = DEFAULT_MODEL,
     api_key: ApiKey = DEFAULT_API_KEY,
     as_json: AsJson = False,
+    seed: Seed = None,
+    samples: Samples = None,
+    diagnostics: Diagnostics = False,
+    order: Order = None,
+    min_confidence: MinConfidence = None,
 ) -> None:
     """Ask questions about a state and print the answers with probability bars."""
     body = _read_body(file)
@@ -193,7 +237,10 @@ def ask(
     questions = {**body.get("questions", {}), **asked}
     if not questions:
         raise UserError("no questions: use --noul, --choice with -o, --score with -l, or --file")
+    if min_confidence is not None:
+        questions = {key: {"min_confidence": min_confidence, **question} for key, question in questions.items()}
     extensions = {k: v for k, v in body.items() if k not in ("questions", "state", "document", "model")}
+    extensions.update(request_options(seed, samples, diagnostics, order))
     request = {"state": _state(state, body, state_json), "questions": questions, **extensions}
     response = _answer(url, api_key, model, request)
     if as_json:

@@ -10,12 +10,13 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from canvasread.cli.errors import UserError, console
+from canvasread.cli.errors import UserError, console, warn
 from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_URL, ApiKey, command_line
 
 if TYPE_CHECKING:
     from canvasread.tools.bench import Level
 
+PLOT_NEEDS = "the bench.png plot needs matplotlib: pip install 'canvasread[plots]'"
 # The alias every server answers to; a sweep of `<model>-naive` needs its own name.
 DEFAULT_BENCH_MODEL = "jev-latest"
 
@@ -63,8 +64,11 @@ def bench(
     out: Out = Path("bench-out"),
 ) -> None:
     """Sweep concurrency levels against a running server; print and save decisions/s and latency percentiles."""
+    from canvasread.eval.plots import can_plot
     from canvasread.tools.bench import run_sweep, summarise, write_outputs
 
+    if not can_plot():
+        warn(f"{PLOT_NEEDS}; writing bench.json only")
     table = Table("model", "clients", "decisions/s", "p50 ms", "p95 ms", "p99 ms", "errors")
     plan = [(model, levels_of(concurrency))]
     if baseline_model:

@@ -44,13 +44,18 @@ def calibrate(
 
     options = RunOptions(data, model, None, RunOptions.api_key, order, concurrency, limit, seed, command_line())
     result = fit(options, out, holdout=holdout)
-    table = Table(
-        "bucket", "fit", "held out", "temperature", *METRICS.values(), title=f"{result.model}: held out, before → after"
-    )
+    buckets = result.fit["buckets"]
+    table = Table(title=f"{result.model}: held out, before → after")
+    # The bucket and its temperature are what a user reads off and compares: never cut; the metrics wrap.
+    table.add_column("bucket", no_wrap=True, min_width=max(map(len, ["bucket", *buckets])))
+    for header in ("fit", "held out", "temperature"):
+        table.add_column(header, no_wrap=True)
+    for header in METRICS.values():
+        table.add_column(header)
     held_out = result.fit["held_out"]
-    for name, entry in result.fit["buckets"].items():
+    for name, entry in buckets.items():
         temperature = "—" if entry["temperature"] is None else f"{entry['temperature']:.3f}"
         table.add_row(name, str(entry["n_fit"]), str(entry["n_held_out"]), temperature, *_changes(entry["held_out"]))
     table.add_row("all", "", str(held_out.get("n", 0)), "", *_changes(held_out))
     console.print(table)
-    console.print(f"wrote {out} (fingerprint {result.fingerprint})")
+    console.print(f"wrote {out} (fingerprint {result.fingerprint})", soft_wrap=True)

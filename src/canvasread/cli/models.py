@@ -26,9 +26,17 @@ def _rows(entries: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[str]
 
 def models(url: ServerUrl = DEFAULT_URL, api_key: ApiKey = DEFAULT_API_KEY) -> None:
     """List the models a running server serves."""
-    table = Table("name", "aliases", "release", "description")
-    for entry, aliases in _rows(call("GET", url, "/v1/models", api_key)["models"]):
+    rows = _rows(call("GET", url, "/v1/models", api_key)["models"])
+    names = [entry["name"] for entry, _ in rows]
+    aliases = [alias for _, named in rows for alias in named]
+    table = Table()
+    # Names are what a user copies into requests: never cut or wrapped; the description wraps instead.
+    table.add_column("name", no_wrap=True, min_width=max(map(len, names)))
+    table.add_column("aliases", no_wrap=True, min_width=max(map(len, aliases), default=0))
+    table.add_column("release", no_wrap=True)
+    table.add_column("description", ratio=1, overflow="fold")
+    for entry, named in rows:
         table.add_row(
-            escape(entry["name"]), escape(", ".join(aliases)), entry["release_date"], escape(entry["description"])
+            escape(entry["name"]), escape("\n".join(named)), entry["release_date"], escape(entry["description"])
         )
     console.print(table)

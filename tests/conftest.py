@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import serve_cli
 
+from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.decide import Decider
 
 
@@ -30,6 +31,12 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from canvasread.tools.checkpoints import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-diffusiongemma"), std=0.3)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_checkpoint: Path) -> HFTokenizer:
+    """The real Gemma tokenizer, as the tiny checkpoint ships it (planning and labels are checked against it)."""
+    return HFTokenizer.load(str(tiny_checkpoint))
 
 
 @pytest.fixture(scope="session")

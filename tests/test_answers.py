@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canvasread.answers import build_answer, confidence, expected_score
+from canvasread.answers import build_answer
+from canvasread.kinds.base import confidence
+from canvasread.kinds.score import expected_score
 from canvasread.types import Distribution, Option, Question
 
 

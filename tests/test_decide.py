@@ -6,7 +6,6 @@ import asyncio
 import math
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,11 +150,6 @@ class ScriptedReader:
                     slots.append(SlotLogProbs((-0.05, *(-5.0 for _ in slot.label_ids[1:]))))
             out.append(slots)
         return out
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_checkpoint: Path) -> HFTokenizer:
-    return HFTokenizer.load(str(tiny_checkpoint))
 
 
 def canvas_decider(tokenizer: HFTokenizer, reader: ScriptedReader) -> Decider:

@@ -16,9 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from canvasread.answers import confidence, expected_score, top_index
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider, DeciderSettings
+from canvasread.kinds.base import confidence, top_index
+from canvasread.kinds.score import expected_score
 from canvasread.types import DecisionRequest
 from canvasread.wire import SystemOneResponse, parse_request
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from canvasread.types import Distribution, Question, QuestionKind
+from canvasread.kinds import kind_of
+from canvasread.types import Distribution, Question
 
 FORMAT = "canvasread-calibration/1"
 # Probabilities are clipped here before taking logs, so a read that put exactly
@@ -35,18 +36,13 @@ MAX_TEMPERATURE = 20.0
 SEARCH_STEPS = 60
 
 
-def bucket(kind: QuestionKind, option_count: int) -> str:
-    """The calibration bucket of a question: its type and option count rounded up to a power of two.
+def bucket(kind: str, option_count: int) -> str | None:
+    """The calibration bucket of a question: its kind's, by option count (None: that kind is never calibrated).
 
-    Overconfidence grows with the number of options, so 3 and 77 options get
-    different temperatures; powers of two keep buckets few enough to fit.
+    Overconfidence grows with the number of options, so each kind buckets its option counts
+    (`canvasread.kinds.base.option_bucket`: 3 and 77 options get different temperatures).
     """
-    if kind == "noul":
-        return "noul"
-    if option_count <= 2:
-        return f"{kind}/{option_count}"
-    high = 1 << (option_count - 1).bit_length()
-    return f"{kind}/{high // 2 + 1}-{high}"
+    return kind_of(kind).bucket(option_count)
 
 
 def temper(probabilities: Sequence[float], temperature: float) -> tuple[float, ...]:
@@ -113,9 +109,10 @@ class Calibration:
     temperatures: Mapping[str, float]
     fit: Mapping[str, Any] = field(default_factory=dict)
 
-    def temperature_for(self, kind: QuestionKind, option_count: int) -> float | None:
+    def temperature_for(self, kind: str, option_count: int) -> float | None:
         """The fitted temperature, or None where no bucket was fit (the answer then stays uncalibrated)."""
-        return self.temperatures.get(bucket(kind, option_count))
+        key = bucket(kind, option_count)
+        return None if key is None else self.temperatures.get(key)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,9 +145,9 @@ class Calibration:
 def calibrate(calibration: Calibration | None, question: Question, distribution: Distribution) -> Distribution:
     """Apply the question's bucket temperature, and say in the details whether it was applied and which."""
     temperature = None
-    if calibration is not None and question.options:
+    if calibration is not None:
         temperature = calibration.temperature_for(question.kind, len(question.options))
-    if temperature is None:  # questions without options (box, span) have no bucket: their answers pass through
+    if temperature is None:  # kinds without a bucket (answered without options) pass through
         return replace(distribution, details={**distribution.details, "calibrated": False})
     return replace(
         distribution,

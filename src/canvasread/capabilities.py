@@ -9,19 +9,15 @@ it elsewhere. Nothing reaches a batch that its backend would refuse.
 from __future__ import annotations
 
 from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.types import SPAN_KINDS, DecisionRequest, ModelCard
+from canvasread.kinds import UnknownKind, kind_of
+from canvasread.types import DecisionRequest, ModelCard, Question
 from canvasread.wire import check_option_counts
 
 
 def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
     """Raise `InvalidRequest` for everything in `request` that the model behind `card` cannot answer."""
     capabilities = card.capabilities
-    problems = [p for q in request.questions if q.kind == "box" for p in _box_problems(card, request, q.key)]
-    problems += [
-        FieldProblem(("questions", q.key), f"model {card.name} cannot answer {q.kind} questions")
-        for q in request.questions
-        if q.kind in SPAN_KINDS and not capabilities.spans
-    ]
+    problems = [problem for q in request.questions if (problem := _kind_problem(card, request, q)) is not None]
     if request.assets and not capabilities.images:
         problems.append(
             FieldProblem(
@@ -50,12 +46,13 @@ def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
     check_option_counts(request, capabilities.max_options, capabilities.max_levels, f" for model {card.name}")
 
 
-def _box_problems(card: ModelCard, request: DecisionRequest, key: str) -> list[FieldProblem]:
-    """A box locates something in the request's one image, so it needs a model that sees and exactly one image."""
-    loc = ("questions", key)
-    if not card.capabilities.images:
-        return [FieldProblem(loc, f"model {card.name} cannot see images, so it cannot answer box questions")]
-    count = len(request.assets)
-    if count != 1:
-        return [FieldProblem(loc, f"a box question needs exactly one image in the request; this one has {count}")]
-    return []
+def _kind_problem(card: ModelCard, request: DecisionRequest, question: Question) -> FieldProblem | None:
+    """An unknown kind is refused here, at the edge of every path (the wire's schema refuses it first); a known
+    one says what it needs of the model (a box: images and one image; a span: a model that reads the state)."""
+    loc = ("questions", question.key)
+    try:
+        kind = kind_of(question.kind)
+    except UnknownKind as error:
+        return FieldProblem(loc, str(error), input=question.kind)
+    refusal = kind.refusal(card.name, card.capabilities, request)
+    return None if refusal is None else FieldProblem(loc, refusal)

@@ -19,8 +19,9 @@ Large option sets: at most `MAX_ROTATIONS` rotations, evenly spaced — offsets
 `⌊j·k / 8⌋` from the anchor for j = 0..7 — so every option is seen at 8
 positions spread over the list; with k ≤ 8 options every rotation is read.
 
-Only choice questions rotate: score levels are ordered by meaning (a level's
-score is its index), and a noul's two sides always arrive as (true, false).
+Only kinds whose options carry no order rotate (`Kind.rotates`: choices):
+score levels are ordered by meaning (a level's score is its index), and a
+noul's two sides always arrive as (true, false).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from canvasread.kinds import kind_of
 from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, Question
 
 MAX_ROTATIONS = 8
@@ -36,7 +38,7 @@ MAX_ROTATIONS = 8
 def rotation_starts(question: Question) -> tuple[int, ...]:
     """Where each rotated read starts, as indices into the caller's options (one entry: read as given)."""
     count = len(question.options)
-    if question.order != "rotate" or question.kind != "choice" or count < 2:
+    if question.order != "rotate" or not kind_of(question.kind).rotates or count < 2:
         return (0,)
     names = question.option_names
     anchor = names.index(min(names))

@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 JSONValue: TypeAlias = "str | int | float | bool | dict[str, JSONValue] | list[JSONValue] | None"
-QuestionKind: TypeAlias = Literal["noul", "choice", "score", "box", "span", "spans"]
-# Question kinds answered with pieces of the state's own text (canvasread extensions), not with options.
-SPAN_KINDS = ("span", "spans")
 OrderMode: TypeAlias = Literal["as-given", "rotate"]
 Samples: TypeAlias = "int | Literal['auto']"
 ImageFormat: TypeAlias = Literal["png", "jpeg"]
-BOX_EDGES = ("top", "bottom", "left", "right")
 # An `ask_if` value: a noul's side (true/false), a choice's option name or a score's level index.
 AskIfValue: TypeAlias = "bool | str | int"
 
@@ -43,6 +39,7 @@ class Condition:
 class Question:
     """A validated question, independent of the wire format.
 
+    `kind` names its kind in `canvasread.kinds` (the registry says everything that depends on it).
     `options` is the answer space in the caller's order: `("true", "false")`
     for a noul, the criteria keys for a choice, `"0".."N-1"` for a score, and
     none for a box (its answer is four edges, see `Distribution.edges`) or a
@@ -52,7 +49,7 @@ class Question:
     """
 
     key: str
-    kind: QuestionKind
+    kind: str
     instructions: JSONValue
     options: tuple[Option, ...]
     order: OrderMode = "as-given"

@@ -10,21 +10,24 @@ points at the exact bad field as the hosted API does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from functools import reduce
+from operator import or_
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.images import decode_assets
-from canvasread.settings import MAX_LEVELS, MAX_OPTIONS, ImageLimits
+from canvasread.kinds import KINDS, kind_of
+from canvasread.kinds.base import AnswerBase, Content, QuestionBase, WireModel
+from canvasread.settings import ImageLimits
 from canvasread.types import (
     MAX_STEPS,
     MAX_THINK_TOKENS,
-    SPAN_KINDS,
+    Capabilities,
     Condition,
     DecisionRequest,
     JSONValue,
-    Option,
     OrderMode,
     Question,
     RequestOptions,
@@ -32,98 +35,15 @@ from canvasread.types import (
 
 MAX_SAMPLES = 16
 
-# What instructions, descriptions and states may be: text, a JSON object or an array (never a bare number or
-# boolean), as the official SDK's generated models declare.
-Content = str | dict[str, Any] | list[Any]
+if TYPE_CHECKING:  # the union of every kind's model, as mypy can name it
+    WireQuestion = QuestionBase
+    WireAnswer = AnswerBase
+else:  # built from the registry, so a new kind's module adds its models to the schema
+    WireQuestion = Annotated[reduce(or_, (k.question_model for k in KINDS.values())), Field(discriminator="type")]
+    WireAnswer = Annotated[reduce(or_, (k.answer_model for k in KINDS.values())), Field(discriminator="type")]
 
 
-class _WireModel(BaseModel):
-    # Strict: the server accepts what its schema says and no more (no "0" for false, no "5" for 5).
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class NoulCriteria(_WireModel):
-    true: Content | None = Field(default=None, description="What counts as a yes answer; empty or null: undescribed.")
-    false: Content | None = Field(default=None, description="What counts as a no answer; empty or null: undescribed.")
-
-
-class _QuestionBase(_WireModel):
-    instructions: Content | None = None
-    order: OrderMode | None = Field(None, description="canvasread extension: 'rotate' averages over option rotations.")
-    min_confidence: float | None = Field(
-        None, ge=0.0, le=1.0, description="canvasread extension: below this confidence the answer abstains."
-    )
-    depends_on: list[str] | None = Field(
-        None,
-        description="canvasread extension: ids of questions answered first; their answers are written into "
-        "this question's instructions.",
-    )
-    ask_if: dict[str, Annotated[list[bool | str | int], Field(min_length=1)]] | None = Field(
-        None,
-        description="canvasread extension: ask only if each named question's answer is among the values "
-        "(true/false for a noul, option names for a choice, level indices for a score).",
-    )
-    alone: bool = Field(False, description="canvasread extension: read this question on a canvas of its own.")
-
-
-class NoulQuestion(_QuestionBase):
-    type: Literal["noul"]
-    criteria: NoulCriteria | None = None
-
-    @model_validator(mode="after")
-    def _needs_something_to_ask(self) -> NoulQuestion:
-        sides = (self.criteria.true, self.criteria.false) if self.criteria is not None else ()
-        described = any(description(side) is not None for side in sides)
-        if self.instructions is None and not described:
-            raise ValueError("a noul question needs instructions or at least one described side of criteria")
-        return self
-
-
-class ChoiceQuestion(_QuestionBase):
-    type: Literal["choice"]
-    criteria: dict[str, Any] = Field(min_length=1, max_length=MAX_OPTIONS)
-
-
-class ScoreQuestion(_QuestionBase):
-    type: Literal["score"]
-    criteria: list[Content] = Field(min_length=1, max_length=MAX_LEVELS)
-
-
-class BoxQuestion(_QuestionBase):
-    """Locate what the instructions describe in the request's one image (image models only)."""
-
-    type: Literal["box"]
-
-
-class _SpanQuestionBase(_QuestionBase):
-    instructions: Content = Field(description="What to find in the state.")
-    criteria: Any = Field(None, description="Not allowed: the answers are pieces of the state, not options.")
-
-    @field_validator("criteria")
-    @classmethod
-    def _no_criteria(cls, value: Any) -> None:
-        if value is not None:
-            raise ValueError("span questions take no criteria: their answers are pieces of the state's own text")
-        return value
-
-
-class SpanQuestion(_SpanQuestionBase):
-    """canvasread extension: the piece of the (text) state the instructions ask for, by character offsets."""
-
-    type: Literal["span"]
-
-
-class SpansQuestion(_SpanQuestionBase):
-    """canvasread extension: every piece of the (text) state the instructions ask for."""
-
-    type: Literal["spans"]
-
-
-AnyWireQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion | SpanQuestion | SpansQuestion
-WireQuestion = Annotated[AnyWireQuestion, Field(discriminator="type")]
-
-
-class WireAsset(_WireModel):
+class WireAsset(WireModel):
     type: Literal["image"] | None = Field(None, description="Identifies an image asset (null: an image).")
     format: Literal["png", "jpg", "jpeg"] | None = None
     data_base64: str | None = None
@@ -136,7 +56,7 @@ class WireAsset(_WireModel):
         return self
 
 
-class SystemOneRequest(_WireModel):
+class SystemOneRequest(WireModel):
     """`POST /v1/systemone`. Unknown top-level keys are ignored, as the hosted API does."""
 
     model: str = Field(description="A name or alias from GET /v1/models.")
@@ -159,83 +79,12 @@ class SystemOneRequest(_WireModel):
     )
 
 
-class _AnswerExtras(_WireModel):
-    abstain: bool | None = Field(
-        None, description="canvasread extension, with min_confidence: true when the confidence is below it."
-    )
-    diagnostics: dict[str, Any] | None = Field(
-        None, description="canvasread extension, with diagnostics: true: how the answer was read."
-    )
-
-
-class NoulAnswer(_AnswerExtras):
-    type: Literal["noul"]
-    noul: float
-
-
-class ChoiceAnswer(_AnswerExtras):
-    type: Literal["choice"]
-    choice: str
-    confidence: float
-    probabilities: dict[str, float]
-
-
-class ScoreAnswer(_AnswerExtras):
-    type: Literal["score"]
-    score: float
-    confidence: float
-    legend: dict[str, Any]
-    probabilities: dict[str, float]
-
-
-class BoxCoordinates(_WireModel):
-    """Edges as fractions of the image: `top` ≤ `bottom` of its height, `left` ≤ `right` of its width."""
-
-    top: float = Field(ge=0.0, le=1.0)
-    bottom: float = Field(ge=0.0, le=1.0)
-    left: float = Field(ge=0.0, le=1.0)
-    right: float = Field(ge=0.0, le=1.0)
-
-
-class BoxAnswer(_AnswerExtras):
-    type: Literal["box"]
-    box: BoxCoordinates
-    confidence: float | None = Field(description="From 0 to 1; null when the model gives none.")
-
-
-class SpanAnswer(_AnswerExtras):
-    """canvasread extension: `text` is `state[start:end]` (character offsets); not found: "", 0, 0."""
-
-    type: Literal["span"]
-    found: bool
-    text: str
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-    confidence: float
-
-
-class SpanPiece(_WireModel):
-    text: str
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-    confidence: float
-
-
-class SpansAnswer(_AnswerExtras):
-    """canvasread extension: every piece found, by `start`; `complete` is false when the cap on pieces was hit."""
-
-    type: Literal["spans"]
-    spans: list[SpanPiece]
-    confidence: float
-    complete: bool
-
-
-class WireUsage(_WireModel):
+class WireUsage(WireModel):
     input_tokens: int
     output_tokens: int
 
 
-class SkippedQuestion(_WireModel):
+class SkippedQuestion(WireModel):
     """Why a question with `ask_if` (or waiting on one) was not read; see `canvasread.stages.run`."""
 
     reason: Literal["condition_not_met", "condition_abstained", "dependency_skipped"]
@@ -245,12 +94,9 @@ class SkippedQuestion(_WireModel):
     values: list[bool | str | int] | None = Field(None, description="The ask_if values it had to be among.")
 
 
-AnyAnswer = NoulAnswer | ChoiceAnswer | ScoreAnswer | BoxAnswer | SpanAnswer | SpansAnswer
-
-
-class SystemOneResponse(_WireModel):
+class SystemOneResponse(WireModel):
     model: str
-    answers: dict[str, Annotated[AnyAnswer, Field(discriminator="type")]] = Field(min_length=1)
+    answers: dict[str, WireAnswer] = Field(min_length=1)
     usage: WireUsage
     skipped: dict[str, SkippedQuestion] | None = Field(
         None,
@@ -259,13 +105,13 @@ class SystemOneResponse(_WireModel):
     )
 
 
-class ModelEntry(_WireModel):
+class ModelEntry(WireModel):
     name: str
     description: str
     release_date: str
 
 
-class ModelList(_WireModel):
+class ModelList(WireModel):
     models: list[ModelEntry]
 
 
@@ -301,55 +147,33 @@ def parse_request(
         wire = SystemOneRequest.model_validate(payload)
     except ValidationError as error:
         raise InvalidRequest(problems_from(error)) from None
-    _check_span_state(wire)
+    _check_states(wire)
     assets = decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
-    questions = tuple(_to_question(key, question, default_order) for key, question in wire.questions.items())
+    questions = tuple(_to_question(key, q, default_order) for key, q in wire.questions.items())
     options = RequestOptions(
         samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps, think=wire.think
     )
     return wire.model, DecisionRequest(wire.state, questions, assets, options)
 
 
-def _check_span_state(wire: SystemOneRequest) -> None:
-    """Span answers are character offsets into the state, so a span question needs the state to be text."""
-    if isinstance(wire.state, str):
-        return
-    kind = "an object" if isinstance(wire.state, dict) else "an array"
+def _check_states(wire: SystemOneRequest) -> None:
+    """Refuse each question whose kind cannot be asked about this state (a span needs a text state)."""
     problems = [
-        FieldProblem(
-            ("questions", key, question.type),
-            f"a {question.type} question answers with character offsets into a text state; this state is {kind} "
-            "(send the text to search as the state)",
-        )
+        FieldProblem(("questions", key, question.type), refusal)
         for key, question in wire.questions.items()
-        if question.type in SPAN_KINDS
+        if (refusal := kind_of(question.type).state_refusal(wire.state)) is not None
     ]
     if problems:
         raise InvalidRequest(problems)
 
 
-def description(value: JSONValue) -> JSONValue:
-    """An empty description says nothing: `""` is null (one popular client sends it for every undescribed side)."""
-    return None if value == "" else value
-
-
-def _to_question(key: str, question: AnyWireQuestion, order: OrderMode) -> Question:
-    options: tuple[Option, ...]
-    if isinstance(question, NoulQuestion):
-        criteria = question.criteria or NoulCriteria()
-        options = (Option("true", description(criteria.true)), Option("false", description(criteria.false)))
-    elif isinstance(question, ChoiceQuestion):
-        options = tuple(Option(name, description(text)) for name, text in question.criteria.items())
-    elif isinstance(question, ScoreQuestion):  # levels are echoed in the legend as sent, so "" stays ""
-        options = tuple(Option(str(level), text) for level, text in enumerate(question.criteria))
-    else:
-        options = ()
+def _to_question(key: str, question: QuestionBase, order: OrderMode) -> Question:
     return Question(
         key,
         question.type,
         question.instructions,
-        options,
+        kind_of(question.type).options(question),
         question.order or order,
         question.min_confidence,
         depends_on=tuple(question.depends_on or ()),
@@ -359,16 +183,17 @@ def _to_question(key: str, question: AnyWireQuestion, order: OrderMode) -> Quest
 
 
 def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
-    """Options per choice and levels per score against a limit: the server's flags, or a model's capabilities.
+    """Options per question against a limit: the server's flags, or a model's capabilities.
 
-    The one place that check lives, so both say it the same way (`where` names whose limit it is).
+    The one place that check lives, so both say it the same way (`where` names whose limit it is); each kind
+    says what limits its options (choices by `max_options`, scores by `max_levels`).
     """
+    capabilities = Capabilities(max_options=max_options, max_levels=max_levels)
     problems = []
     for question in request.questions:
-        if question.kind == "noul":
-            continue
-        limit, what = (max_options, "options") if question.kind == "choice" else (max_levels, "levels")
-        if len(question.options) > limit:
+        limited = kind_of(question.kind).option_limit(capabilities)
+        if limited is not None and len(question.options) > limited[0]:
+            limit, what = limited
             problems.append(
                 FieldProblem(
                     ("questions", question.key, question.kind, "criteria"),

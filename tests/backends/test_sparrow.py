@@ -16,8 +16,8 @@ from canvasread.backends.base import Gone, never_gone
 from canvasread.backends.sparrow import SparrowBackend, SparrowJob, _sparrow_question
 from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
 from canvasread.decide import Decider
-from canvasread.errors import PayloadTooLarge
-from canvasread.types import DecisionRequest, DecisionResult
+from canvasread.errors import InvalidRequest, PayloadTooLarge
+from canvasread.types import DecisionRequest, DecisionResult, Question
 from canvasread.wire import parse_request
 
 MODELS = ("sparrow-nano-general-v1.1", "sparrow-nano-robot-v1.2")
@@ -190,3 +190,16 @@ def test_a_request_whose_caller_has_left_stops_at_the_next_question(
     first, second = backend.decide([job, kept], lambda index: index == 0 and gone(index))
     assert first is None and asked == [0, 0, 0], "it stopped at the third question, not after all five"
     assert second is not None and len(second.distributions) == len(QUESTIONS)
+
+
+@pytest.mark.parametrize("kind", ["box", "span", "spans"])
+def test_a_kind_sparrow_was_not_trained_on_is_refused_before_it_queues_never_read_as_a_score(kind: str) -> None:
+    """Called directly (no capability check in front), the backend refuses the kind in `prepare`."""
+    backend = SparrowBackend()
+    backend.load()
+    asked = DecisionRequest("Refund Zoë.", (Question("what", kind, "Which?", ()), Question("ok", "noul", "Ok?", ())))
+    with pytest.raises(InvalidRequest) as refused:
+        backend.prepare(asked)
+    [problem] = refused.value.problems
+    assert problem.loc == ("questions", "what")
+    assert problem.msg == f"sparrow models answer only noul, choice, score questions, not {kind}"

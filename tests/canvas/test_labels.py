@@ -13,11 +13,6 @@ from canvasread.errors import InvalidRequest
 from canvasread.wire import parse_request
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_checkpoint: Path) -> HFTokenizer:
-    return HFTokenizer.load(str(tiny_checkpoint))
-
-
 def test_pool_starts_with_letters_and_covers_255_options(tokenizer: HFTokenizer) -> None:
     pool = choice_label_pool(tokenizer)
     assert pool[:26] == tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +12,6 @@ from canvasread.canvas.plan import Planner
 from canvasread.canvas.prompt import THOUGHT_BLOCK
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.wire import parse_request
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_checkpoint: Path) -> HFTokenizer:
-    return HFTokenizer.load(str(tiny_checkpoint))
 
 
 def request(questions: dict[str, Any]) -> Any:

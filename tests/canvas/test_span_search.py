@@ -38,20 +38,20 @@ class ListWriter:
         return SlotLogProbs(tuple(s - norm for s in scores))
 
 
-def search(kind: str, reader: ListWriter, markers: Markers, width: int = 16, samples: int = 1) -> SpanSearch:
+def search(reader: ListWriter, markers: Markers, width: int = 16, samples: int = 1) -> SpanSearch:
     canvas = NAME + (0,) * (width - len(NAME))
 
     def read(ids: tuple[int, ...], slots: tuple[Slot, ...]) -> CanvasRead:
         return CanvasRead((1, 2, 3), 0, ids, slots)
 
-    found = SpanSearch(kind, markers, STATE, canvas, len(NAME), "digest", 5, samples, read)
+    found = SpanSearch(markers, STATE, canvas, len(NAME), "digest", 5, samples, read)
     search_all([found], reader, vocab_size=2000)
     return found
 
 
 def test_spans_pin_each_piece_and_read_until_the_model_stops() -> None:
     reader = ListWriter([23, SEP, 21, SEP, 25, STOP])  # "Bob; Ann; Cy"
-    found = search("spans", reader, SPANS).distribution({})
+    found = search(reader, SPANS).distribution({})
     assert found.found is not None and found.found.complete
     assert [(p.text, p.start, p.end) for p in found.found.pieces] == [("Ann", 0, 3), ("Bob", 8, 11), ("Cy", 16, 18)]
     assert len(reader.calls) == 4  # three pieces, then the stop
@@ -65,15 +65,15 @@ def test_spans_pin_each_piece_and_read_until_the_model_stops() -> None:
 
 def test_a_span_reads_once_and_an_empty_line_is_not_found() -> None:
     reader = ListWriter([23, 24, STOP])
-    found = search("span", reader, SPAN).distribution({})
+    found = search(reader, SPAN).distribution({})
     assert found.found is not None and [(p.text, p.start, p.end) for p in found.found.pieces] == [("Bob and", 8, 15)]
     assert len(reader.calls) == 1
-    nothing = search("span", ListWriter([STOP]), SPAN).distribution({})
+    nothing = search(ListWriter([STOP]), SPAN).distribution({})
     assert nothing.found is not None and nothing.found.pieces == () and nothing.found.confidence > 0.5
 
 
 def test_the_search_ends_incomplete_when_the_canvas_is_full_or_the_cap_is_reached() -> None:
-    full = search("spans", ListWriter([23, SEP, 21, SEP, 25, STOP]), SPANS, width=5).distribution({})
+    full = search(ListWriter([23, SEP, 21, SEP, 25, STOP]), SPANS, width=5).distribution({})
     assert full.found is not None and not full.found.complete
     assert [p.text for p in full.found.pieces] == [
         "Bob"
@@ -83,7 +83,7 @@ def test_the_search_ends_incomplete_when_the_canvas_is_full_or_the_cap_is_reache
     reader = ListWriter(answer)
     canvas = NAME + (0,) * 60
     read = lambda ids, slots: CanvasRead((1,), 0, ids, slots)  # noqa: E731
-    capped = SpanSearch("spans", SPANS, many, canvas, len(NAME), "d", 1, 1, read)
+    capped = SpanSearch(SPANS, many, canvas, len(NAME), "d", 1, 1, read)
     search_all([capped], reader, vocab_size=2000)
     result = capped.distribution({}).found
     assert result is not None and len(result.pieces) == MAX_PIECES and not result.complete
@@ -91,7 +91,7 @@ def test_the_search_ends_incomplete_when_the_canvas_is_full_or_the_cap_is_reache
 
 def test_samples_are_read_with_fresh_noise_and_averaged() -> None:
     reader = ListWriter([23, STOP])
-    found = search("span", reader, SPAN, samples=3).distribution({})
+    found = search(reader, SPAN, samples=3).distribution({})
     [reads] = reader.calls
     assert len(reads) == 3 and len({read.canvas_ids for read in reads}) == 3
     assert found.reads == 3 and found.found is not None and found.found.pieces[0].text == "Bob"
@@ -104,8 +104,8 @@ def test_a_round_reads_every_search_of_the_batch_in_one_reader_call() -> None:
         return CanvasRead((1, 2, 3), 0, ids, slots)
 
     canvas = NAME + (0,) * 14
-    one = SpanSearch("span", SPAN, STATE, canvas, len(NAME), "a", 5, 1, read)
-    every = SpanSearch("spans", SPANS, STATE, canvas, len(NAME), "b", 5, 1, read)
+    one = SpanSearch(SPAN, STATE, canvas, len(NAME), "a", 5, 1, read)
+    every = SpanSearch(SPANS, STATE, canvas, len(NAME), "b", 5, 1, read)
     search_all([one, every], reader, vocab_size=2000)
     assert [len(call) for call in reader.calls] == [2, 1, 1]  # both, then the spans rounds alone
     assert [p.text for p in every.distribution({}).found.pieces] == ["Ann", "Bob"]  # type: ignore[union-attr]

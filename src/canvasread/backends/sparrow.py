@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparrow_decider.static import KINDS as SPARROW_KINDS
+
 from canvasread.backends.base import Gone, never_gone
 from canvasread.backends.sparrow_static import PooledQuestion, PooledRequest, StaticReader
+from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.kinds import kind_of
 from canvasread.types import (
     Capabilities,
     DecisionRequest,
@@ -46,15 +50,25 @@ def _text(value: JSONValue) -> str:
 
 
 def _sparrow_question(question: Question) -> dict[str, Any]:
-    """The question in sparrow's own dict form (its noul options are ordered false, true)."""
-    if question.kind == "noul":
-        described = {o.name: o.description for o in question.options if o.description is not None}
-        return {"type": "noul", "instructions": question.instructions, "criteria": described}
-    if question.kind == "choice":
-        criteria = {o.name: o.description for o in question.options}
-        return {"type": "choice", "instructions": question.instructions, "criteria": criteria}
-    levels = [o.description for o in question.options]
-    return {"type": "score", "instructions": question.instructions, "criteria": levels}
+    """The question in sparrow's own dict form: the wire's type, instructions and criteria."""
+    return {
+        "type": question.kind,
+        "instructions": question.instructions,
+        "criteria": kind_of(question.kind).criteria(question),
+    }
+
+
+def _check_kinds(request: DecisionRequest) -> None:
+    """Sparrow reads only the kinds it was trained on; any other is refused, never read as one of them."""
+    problems = [
+        FieldProblem(
+            ("questions", q.key), f"sparrow models answer only {', '.join(SPARROW_KINDS)} questions, not {q.kind}"
+        )
+        for q in request.questions
+        if q.kind not in SPARROW_KINDS
+    ]
+    if problems:
+        raise InvalidRequest(problems)
 
 
 # What one request may make the model read, in pooled tokens (each text counts at most the 512 the model reads):
@@ -117,6 +131,7 @@ class SparrowBackend:
 
     def prepare(self, request: DecisionRequest) -> SparrowJob:
         """Read every text of the request once; past `max_request_tokens` it is refused (413) before it queues."""
+        _check_kinds(request)
         if self._reader is None:
             return SparrowJob(request, None)
         asked = [_sparrow_question(q) for q in request.questions if len(q.options) > 1]

@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from canvasread.backends.base import Gone, never_gone
-from canvasread.canvas import box
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, PlannedCanvas, PlannedQuestion, Planner, ReadPlan, noisy_canvas
-from canvasread.canvas.prompt import EncodedPrompt, ImageTokens, as_text
+from canvasread.canvas.prompt import EncodedPrompt, ImageTokens
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot, StepLimitedReader
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.span_search import SpanSearch, search_all
@@ -37,8 +36,9 @@ from canvasread.canvas.thinker import (
 )
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import InvalidRequest
+from canvasread.kinds import KINDS, kind_of
+from canvasread.kinds.base import as_text
 from canvasread.types import (
-    SPAN_KINDS,
     DecisionRequest,
     DecisionResult,
     Distribution,
@@ -133,7 +133,11 @@ class CanvasBackend:
             images=runtime.images,
             layout=self.settings.layout,
         )
-        self._markers = {kind: markers_for(runtime.tokenizer, kind, CANVAS_TAIL) for kind in SPAN_KINDS}
+        self._markers = {
+            name: markers_for(runtime.tokenizer, kind.blank, CANVAS_TAIL)
+            for name, kind in KINDS.items()
+            if kind.blank is not None
+        }
         self._channel = ThoughtChannel.of(runtime.tokenizer) if runtime.thinker is not None else None
         self._runtime = runtime
 
@@ -149,7 +153,7 @@ class CanvasBackend:
         seed = request.options.seed if request.options.seed is not None else secrets.randbits(63)
         plan = self._planner.plan(request)
         state = None
-        if any(question.kind in SPAN_KINDS for question in request.questions):
+        if any(kind_of(question.kind).blank is not None for question in request.questions):
             state = StateTokens.of(self._planner.tokenizer, as_text(request.state))
         job = CanvasJob(request, plan, seed, state)
         if request.options.think is not None:
@@ -210,14 +214,14 @@ class CanvasBackend:
                 for j, job in enumerate(jobs)
                 if job.request.options.samples == "auto" and not gone(j)
                 for q, planned in enumerate(job.plan.questions)
-                if planned.question.kind not in SPAN_KINDS
+                if (kind := kind_of(planned.question.kind)).blank is None
                 and any(
                     needs_another_read(
                         readings[j][q][s],
                         entropy_threshold=self.settings.reread_entropy,
                         max_reads=self.settings.max_auto_reads,
                     )
-                    for s in (box.TENS_SLOTS if planned.question.kind == "box" else (0,))
+                    for s in kind.judged_slots
                 )
             }
             if not uncertain:
@@ -246,14 +250,13 @@ class CanvasBackend:
         return found
 
     def _span_search(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
-        if planned.question.kind not in SPAN_KINDS or job.state is None:
+        if planned.question.kind not in self._markers or job.state is None:
             return None
         canvas = job.plan.canvases[planned.canvas]
         read = functools.partial(self._blank_read, job, canvas)
         samples = self._initial_reads(job)
-        kind = planned.question.kind
         blank = (canvas.ids, planned.position, planned.digest)  # where the blank is, and what seeds its noise
-        return SpanSearch(kind, self._markers[kind], job.state, *blank, job.seed, samples, read)
+        return SpanSearch(self._markers[planned.question.kind], job.state, *blank, job.seed, samples, read)
 
     def _span_steps(self, job: CanvasJob) -> int:
         steps = min(max(job.request.options.steps, SPAN_STEPS), self._card.capabilities.max_steps)
@@ -343,25 +346,7 @@ class CanvasBackend:
                 details |= {"steps": self._span_steps(job), "batch_ms": elapsed_ms}
                 distributions.append(searches[q].distribution(details))
                 continue
-            if planned.question.kind == "box":
-                steps = job.request.options.steps
-                distributions.append(_box_distribution(planned, question_readings, len(canvas.ids), elapsed_ms, steps))
-                continue
-            combined = combine(question_readings[0])
-            details = {
-                "slot": {"canvas": planned.canvas, "position": planned.position, "width": len(canvas.ids)},
-                "labels": dict(zip(planned.question.option_names, planned.labels, strict=True)),
-                "label_mass": combined.label_mass,
-                "entropy": normalised_entropy(combined.probabilities),
-                "reads": combined.reads,
-                "layout": self.settings.layout.name,
-                "steps": job.request.options.steps,
-                "batch_ms": elapsed_ms,
-            }
-            if combined.reads > 1:
-                details["stderr"] = dict(zip(planned.question.option_names, combined.standard_errors, strict=True))
-                details["agreement"] = combined.agreement
-            distributions.append(Distribution(combined.probabilities, details, reads=combined.reads))
+            distributions.append(self._slot_distribution(job, planned, question_readings, len(canvas.ids), elapsed_ms))
         output_tokens = sum(canvas.text_tokens for canvas in job.plan.canvases)
         usage = Usage(job.plan.prompt_tokens, output_tokens)
         if job.thought is not None:  # the model wrote the thought, then read it with the prompt
@@ -372,6 +357,47 @@ class CanvasBackend:
             usage = Usage(usage.input_tokens + written, usage.output_tokens + written)
         return DecisionResult(tuple(distributions), usage)
 
+    def _slot_distribution(
+        self,
+        job: CanvasJob,
+        planned: PlannedQuestion,
+        readings: list[list[SlotReading]],
+        width: int,
+        elapsed_ms: float,
+    ) -> Distribution:
+        """A question's distribution from its slots' readings (each averaged over its reads), read out by its kind.
+
+        One slot reports its labels and the spread of its reads; several (a box's digits) report their positions,
+        their mean label mass and the largest entropy among the slots the kind is judged by.
+        """
+        kind = kind_of(planned.question.kind)
+        combined = [combine(slot_readings) for slot_readings in readings]
+        read_out = kind.read_out([c.probabilities for c in combined])
+        entropy = max(normalised_entropy(combined[s].probabilities) for s in kind.judged_slots)
+        reads, steps = combined[0].reads, job.request.options.steps
+        details: dict[str, JSONValue]
+        if len(combined) > 1:
+            positions: list[JSONValue] = [slot.position for slot in planned.slots]
+            details = {"slot": {"canvas": planned.canvas, "positions": positions, "width": width}}
+            details |= {"label_mass": sum(c.label_mass for c in combined) / len(combined), "entropy": entropy}
+            details |= {"reads": reads, "steps": steps, "batch_ms": elapsed_ms}
+            return replace(read_out, details=details, reads=reads)
+        [only] = combined
+        details = {
+            "slot": {"canvas": planned.canvas, "position": planned.position, "width": width},
+            "labels": dict(zip(planned.question.option_names, planned.labels, strict=True)),
+            "label_mass": only.label_mass,
+            "entropy": entropy,
+            "reads": reads,
+            "layout": self.settings.layout.name,
+            "steps": steps,
+            "batch_ms": elapsed_ms,
+        }
+        if reads > 1:
+            details["stderr"] = dict(zip(planned.question.option_names, only.standard_errors, strict=True))
+            details["agreement"] = only.agreement
+        return replace(read_out, details=details, reads=reads)
+
 
 def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:
     """The seed of a multi-step read's random draws: the request's seed, the read number and the noisy canvas."""
@@ -381,21 +407,4 @@ def _step_seed(seed: int, read: int, canvas_ids: Sequence[int]) -> int:
 
 def _is_blank(job: CanvasJob, canvas: PlannedCanvas) -> bool:
     """A span question's canvas: read by the span search, not as label slots."""
-    return job.plan.questions[canvas.questions[0]].question.kind in SPAN_KINDS
-
-
-def _box_distribution(
-    planned: PlannedQuestion, readings: list[list[SlotReading]], width: int, elapsed_ms: float, steps: int
-) -> Distribution:
-    """A box's four edge distributions from its eight digit slots, each averaged over its reads."""
-    combined = [combine(slot_readings) for slot_readings in readings]
-    details: dict[str, JSONValue] = {
-        "slot": {"canvas": planned.canvas, "positions": [slot.position for slot in planned.slots], "width": width},
-        "label_mass": sum(c.label_mass for c in combined) / len(combined),
-        "entropy": max(normalised_entropy(combined[s].probabilities) for s in box.TENS_SLOTS),
-        "reads": combined[0].reads,
-        "steps": steps,
-        "batch_ms": elapsed_ms,
-    }
-    edges = box.edge_distributions([c.probabilities for c in combined])
-    return Distribution((), details, reads=combined[0].reads, edges=edges)
+    return kind_of(job.plan.questions[canvas.questions[0]].question.kind).blank is not None

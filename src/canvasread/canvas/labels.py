@@ -17,10 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from canvasread.canvas.tokenizer import Tokenizer
-from canvasread.types import QuestionKind
+from canvasread.kinds.base import Kind
 
-NOUL_LABELS = {"true": "yes", "false": "no"}
-SCORE_LABELS = tuple(string.digits)
 # Plenty for 255 options even after some candidates fail in context.
 POOL_CANDIDATES = tuple(
     [*string.ascii_uppercase, *("".join(pair) for pair in itertools.product(string.ascii_uppercase, repeat=2))]
@@ -42,17 +40,12 @@ def choice_label_pool(tokenizer: Tokenizer) -> tuple[str, ...]:
     return tuple(c for c, ids in zip(POOL_CANDIDATES, encoded, strict=True) if len(ids) == reference)
 
 
-def initial_labels(kind: QuestionKind, option_names: Sequence[str], pool: Sequence[str]) -> list[str]:
-    """The labels a question starts with, one per option in option order."""
-    if kind == "noul":
-        return [NOUL_LABELS[name] for name in option_names]
-    if kind == "score":
-        return list(SCORE_LABELS[: len(option_names)])
-    if kind == "box":  # every edge digit slot takes the ten digits
-        return list(SCORE_LABELS)
-    if len(option_names) > len(pool):
+def initial_labels(kind: Kind, option_names: Sequence[str], pool: Sequence[str]) -> list[str]:
+    """The labels a question starts with, as its kind gives them (choices: the pool's first, in option order)."""
+    labels = kind.labels(option_names, pool)
+    if len(labels) < len(option_names):
         raise LabelError(f"{len(option_names)} options but only {len(pool)} single-token labels exist")
-    return list(pool[: len(option_names)])
+    return labels
 
 
 @dataclass(frozen=True)

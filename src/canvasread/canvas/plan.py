@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas import box, spans
+from canvasread.canvas import spans
 from canvasread.canvas.labels import (
     LabelError,
     SlotSpec,
@@ -40,12 +40,13 @@ from canvasread.canvas.prompt import (
     ImageTokens,
     PromptEncoder,
     PromptText,
-    as_text,
     question_block,
 )
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.types import SPAN_KINDS, DecisionRequest, Question
+from canvasread.kinds import kind_of
+from canvasread.kinds.base import as_text
+from canvasread.types import DecisionRequest, Question
 
 CANVAS_TAIL = "<turn|>"
 # Canvas widths are rounded up to a multiple of 16: fewer distinct shapes for kernels and CUDA graphs.
@@ -184,15 +185,15 @@ class Planner:
     def _build_layout(self, questions: Sequence[Question]) -> Layout:
         compact = len(questions) > COMPACT_AFTER or not all(SIMPLE_KEY.fullmatch(q.key) for q in questions)
         names = [str(i + 1) if compact else q.key for i, q in enumerate(questions)]
-        bare = self.read_layout.single == "bare" and len(questions) == 1 and questions[0].kind not in SPAN_KINDS
+        bare = self.read_layout.single == "bare" and len(questions) == 1 and not _is_blank(questions[0])
         starts = ["" if bare else f"{name}: " for name in names]
         labels: list[list[str]] = []
         for question in questions:
-            if question.kind in SPAN_KINDS:  # no labels: the blank is read at the state's own tokens
+            if _is_blank(question):  # no labels: the blank is read at the state's own tokens
                 labels.append([])
                 continue
             try:
-                labels.append(initial_labels(question.kind, question.option_names, self._pool))
+                labels.append(initial_labels(kind_of(question.kind), question.option_names, self._pool))
             except LabelError as error:
                 raise _label_problem(question, error) from None
         groups = self._pack(starts, labels, questions)
@@ -200,12 +201,12 @@ class Planner:
         planned: dict[int, PlannedQuestion] = {}
         canvases = []
         for canvas_index, group in enumerate(groups):
-            first = questions[group[0]]
-            if first.kind in SPAN_KINDS:
-                ids, verified = self._blank(first, names[group[0]])
+            blank = kind_of(questions[group[0]].kind).blank
+            if blank is not None:
+                ids, verified = self._blank(questions[group[0]], names[group[0]])
             else:
                 ids, verified = self._verify(questions, starts, labels, group)
-            room = spans.BLANK_TOKENS.get(first.kind, MIN_PADDING)
+            room = MIN_PADDING if blank is None else blank.room
             width = min(self.canvas_length, math.ceil((len(ids) + room) / CANVAS_ALIGN) * CANVAS_ALIGN)
             if len(ids) + MIN_PADDING > self.canvas_length:
                 raise InvalidRequest.at(("questions",), "a question's answer line does not fit in a canvas")
@@ -264,7 +265,7 @@ class Planner:
             text += starts[q_index]
             for before in _slot_texts(question):
                 text += before
-                slots.append(SlotSpec(len(text), tuple(labels[q_index]), question.kind == "choice"))
+                slots.append(SlotSpec(len(text), tuple(labels[q_index]), kind_of(question.kind).relabel))
                 owners.append(q_index)
             text += "\n" if position < len(group) - 1 else ""
         text += CANVAS_TAIL
@@ -301,12 +302,17 @@ def _lines_system(questions: Sequence[PlannedQuestion], compact: bool) -> str:
 
 
 def _alone(question: Question) -> bool:
-    return question.alone or question.kind in SPAN_KINDS
+    return question.alone or _is_blank(question)
 
 
-def _slot_texts(question: Question) -> list[str]:
+def _is_blank(question: Question) -> bool:
+    """A question answered with pieces of the state: read at a blank, not at label slots."""
+    return kind_of(question.kind).blank is not None
+
+
+def _slot_texts(question: Question) -> tuple[str, ...]:
     """The text before each of the question's slots on its answer line: one empty gap, or a box's eight."""
-    return box.slot_texts() if question.kind == "box" else [""]
+    return kind_of(question.kind).slot_texts
 
 
 def _label_problem(question: Question | None, error: LabelError) -> InvalidRequest:

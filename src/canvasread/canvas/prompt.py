@@ -11,16 +11,16 @@ cacheable prefix: requests that ask the same questions share them.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas import box, spans
 from canvasread.canvas.reader import PromptImage
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.errors import InvalidRequest
-from canvasread.types import ImageAsset, JSONValue, Question
+from canvasread.kinds import kind_of
+from canvasread.kinds.base import as_text
+from canvasread.types import ImageAsset, Question
 
 THOUGHT_BLOCK = "<|channel>thought\n<channel|>"
 # Stands for the state while the prefix is found: a text no state or question contains.
@@ -36,14 +36,6 @@ BARE_INTRO = (
     "You are a decision model. The user's message is the state, then one question about it. Answer it by "
     "choosing exactly one of the labels listed for the question, and write that label and nothing else."
 )
-KIND_HEADERS = {
-    "noul": "yes or no",
-    "choice": "choose one",
-    "score": "score from 0 (lowest) to {top}",
-    "box": "locate",
-    "span": "copy the piece of the state that answers",
-    "spans": "copy every piece of the state that answers",
-}
 
 
 @dataclass(frozen=True)
@@ -73,35 +65,17 @@ class ImageTokens:
     count: Callable[[ImageAsset], int]
 
 
-def as_text(value: JSONValue) -> str:
-    """Strings as they are; JSON values compact, non-ASCII kept."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def question_block(question: Question, name: str, labels: Iterable[str], *, compact: bool) -> str:
     """How the prompt asks one question: its title and kind, its instructions, and each label's meaning."""
-    header = KIND_HEADERS[question.kind].format(top=len(question.options) - 1)
+    kind = kind_of(question.kind)
     title = f"Question {name}" if compact else f"Question `{name}`"
-    lines = [f"[{title}] {header}"]
+    lines = [f"[{title}] {kind.header.format(top=len(question.options) - 1)}"]
     if question.instructions is not None:
         lines.append(f"Instructions: {as_text(question.instructions)}")
-    if question.kind == "box":
-        lines.append(box.GUIDE)
-    lines += [spans.GUIDES[question.kind]] if question.kind in spans.GUIDES else []
-    for label, option in zip(labels, question.options, strict=False):  # a box has no options
-        lines.append(f"{label}: {_describe(question, option.name, option.description)}")
+    lines += [kind.guide] if kind.guide is not None else []
+    for label, option in zip(labels, question.options, strict=False):  # a box has labels but no options
+        lines.append(f"{label}: {kind.describe(option)}")
     return "\n".join(lines)
-
-
-def _describe(question: Question, name: str, description: JSONValue) -> str:
-    if question.kind == "choice":
-        return name if description is None else f"{name} — {as_text(description)}"
-    if question.kind == "score":
-        return as_text(description)
-    default = "the statement holds" if name == "true" else "the statement does not hold"
-    return default if description is None else as_text(description)
 
 
 class PromptEncoder:

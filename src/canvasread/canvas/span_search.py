@@ -34,9 +34,12 @@ MAX_PIECES = 8
 
 @dataclass
 class SpanSearch:
-    """One span or spans question of one request, as its rounds go: what is pinned, what was found."""
+    """One span or spans question of one request, as its rounds go: what is pinned, what was found.
 
-    kind: str
+    Markers with a separator list pieces (spans: a round per piece, up to `MAX_PIECES`); without one the
+    search ends at the first piece (span).
+    """
+
     markers: Markers
     state: StateTokens
     canvas_ids: tuple[int, ...]
@@ -52,7 +55,11 @@ class SpanSearch:
 
     @property
     def done(self) -> bool:
-        return self.stop_confidence is not None or not self.complete or (self.kind == "span" and bool(self.found))
+        return self.stop_confidence is not None or not self.complete or (not self.listed and bool(self.found))
+
+    @property
+    def listed(self) -> bool:
+        return self.markers.separator is not None
 
     def pinned(self) -> list[int]:
         """The line so far: `name:`, then each piece found, in the order found, separated by `;`."""
@@ -93,7 +100,7 @@ class SpanSearch:
             self.stop_confidence = scores.confidence
         else:
             self.found.append((scores.best, scores.confidence))
-            if len(self.found) >= MAX_PIECES and self.kind == "spans":
+            if len(self.found) >= MAX_PIECES and self.listed:
                 self.complete = False
 
     def distribution(self, details: dict[str, JSONValue]) -> Distribution:

@@ -46,8 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from canvasread.canvas.tokenizer import Tokenizer
+from canvasread.kinds.base import Blank
 
-SEPARATOR = ";"
 # Denoising steps a blank is read with (when the model can take them): the blank's positions must agree with one
 # another (where the copy starts, where it ends) and one step predicts each from noise alone, while each further
 # step lets them condition on the others' beliefs. The published multi-step replays read hard text items in 2–6
@@ -58,17 +58,6 @@ SPAN_STEPS = 3
 MIN_BLANK = 3
 # Stop extending a piece once its running score is this many nats below the best candidate's (see the docstring).
 PRUNE_MARGIN = 40.0
-GUIDES = {
-    "span": (
-        "Answer by copying, exactly, the shortest piece of the state that answers the instructions. "
-        "If the state holds no such piece, leave the answer empty. Answer line: name:piece"
-    ),
-    "spans": (
-        "Answer by copying, exactly, every piece of the state that answers the instructions, "
-        f"in any order, separated by '{SEPARATOR}'. If there is none, leave the answer empty. "
-        f"Answer line: name:piece{SEPARATOR}piece"
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -202,17 +191,15 @@ def mean_rows(reads: Sequence[Sequence[Mapping[int, float]]]) -> list[dict[int, 
     ]
 
 
-# The blank a span question's canvas leaves after `name:` (capped by the served canvas): a span answer of up to
-# 47 tokens (names, dates, addresses, a sentence) plus its end marker; a spans list needs room for several.
-BLANK_TOKENS = {"span": 48, "spans": 112}
+def markers_for(tokenizer: Tokenizer, blank: Blank, end_text: str) -> Markers:
+    """The stop, end and separator ids a blank is read with; each must be one token.
 
-
-def markers_for(tokenizer: Tokenizer, kind: str, end_text: str) -> Markers:
-    """The stop, end and separator ids a `kind` question's blank is read with; each must be one token."""
+    A blank without a separator holds one piece, ended by `end_text`; with one, a piece also ends at the separator.
+    """
     stop = _single(tokenizer, end_text)
-    if kind == "span":
+    if blank.separator is None:
         return Markers(stop=stop, ends=(stop,))
-    separator = _single(tokenizer, SEPARATOR)
+    separator = _single(tokenizer, blank.separator)
     return Markers(stop=stop, ends=(separator, stop), separator=separator)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from rich.table import Table
 from canvasread.catalog import open_decider
 from canvasread.cli.errors import UserError, console, warn
 from canvasread.cli.options import DEFAULT_API_KEY, DEFAULT_MODEL, ApiKey, ModelSpec, Order, RemoteUrl
+from canvasread.kinds import UnknownKind, kind_of
 from canvasread.types import OrderMode
 
 # Seconds one request may take over HTTP: the server's own default deadline, plus a little for the network.
@@ -37,8 +39,18 @@ def _option(text: str) -> tuple[str, str | None]:
     return name.strip(), (description.strip() or None)
 
 
-QUESTION_FLAGS = {"noul": dict, "choice": dict, "score": list}  # each kind with the shape of its criteria
-ATTACHED_FLAGS = {"option": ("choice", "-o/--option"), "level": ("score", "-l/--level")}
+# The flags that ask a question, each named after the kind it asks; -o and -l attach to the one before them.
+QUESTION_FLAGS = ("noul", "choice", "score")
+# What each attached flag adds, as the kind's schema shapes its criteria: a named option, or the next level.
+ATTACHED_FLAGS = {"option": ("object", "-o/--option"), "level": ("array", "-l/--level")}
+
+
+@functools.cache
+def criteria_shape(kind: str) -> str | None:
+    """The JSON type of the kind's criteria in its wire schema (`object`: named options, `array`: levels)."""
+    criteria = kind_of(kind).question_model.model_json_schema()["properties"].get("criteria", {})
+    shape = criteria.get("type")
+    return shape if isinstance(shape, str) else None
 
 
 def questions_from_flags(order: list[str], values: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
@@ -56,21 +68,23 @@ def questions_from_flags(order: list[str], values: dict[str, list[str]]) -> dict
             seen[name] += 1
             key = name if len(values[name]) == 1 else f"{name}_{seen[name]}"
             last = {"type": name, "instructions": remaining[name].pop(0)}
-            if name != "noul":
-                last["criteria"] = QUESTION_FLAGS[name]()
+            shape = criteria_shape(name)
+            if shape is not None:
+                last["criteria"] = {} if shape == "object" else []
             questions[key] = last
         elif name in ATTACHED_FLAGS:
-            kind, flag = ATTACHED_FLAGS[name]
+            shape, flag = ATTACHED_FLAGS[name]
             text = remaining[name].pop(0)
-            if last is None or last["type"] != kind:
-                raise UserError(f"{flag} {text!r} needs a --{kind} question before it")
-            if kind == "choice":
+            if last is None or criteria_shape(last["type"]) != shape:
+                asking = " or ".join(f"--{kind}" for kind in QUESTION_FLAGS if criteria_shape(kind) == shape)
+                raise UserError(f"{flag} {text!r} needs a {asking} question before it")
+            if shape == "object":
                 last["criteria"].update([_option(text)])
             else:
                 last["criteria"].append(text)
     for question in questions.values():
         if "criteria" in question and not question["criteria"]:
-            flag = next(flag for kind, flag in ATTACHED_FLAGS.values() if kind == question["type"])
+            flag = next(flag for shape, flag in ATTACHED_FLAGS.values() if shape == criteria_shape(question["type"]))
             raise UserError(f"--{question['type']} {question['instructions']!r} has no options: add {flag} after it")
     return questions
 
@@ -125,20 +139,13 @@ def _bar(p: float, width: int = 20) -> str:
 
 
 def _summary(answer: dict[str, Any]) -> tuple[str, dict[str, float]]:
-    """The answer in words, and the probabilities to draw, labelled as the question named them."""
-    if answer["type"] == "noul":
-        p = answer["noul"]
-        return f"{'yes' if p >= 0.5 else 'no'}\nP(yes) {p:.3f}", {"yes": p, "no": 1.0 - p}
-    if answer["type"] == "choice":
-        return f"{answer['choice']}\nconfidence {answer['confidence']:.2f}", answer["probabilities"]
-    if answer["type"] in ("span", "spans"):  # pieces of the state, each with its confidence
-        pieces = answer["spans"] if answer["type"] == "spans" else [answer] if answer["found"] else []
-        words = "\n".join(f"{p['text']!r} at {p['start']}:{p['end']}" for p in pieces) or "not found"
-        return f"{words}\nconfidence {answer['confidence']:.2f}", {p["text"]: p["confidence"] for p in pieces}
-    legend = answer.get("legend", {})
-    named = {legend.get(index, index): p for index, p in answer["probabilities"].items()}
-    nearest = legend.get(str(round(answer["score"])), str(round(answer["score"])))
-    return f"{nearest} (score {answer['score']:.2f})\nconfidence {answer['confidence']:.2f}", named
+    """The answer in words, and the probabilities to draw, as its kind tells them (a kind this version does not
+    know, from a newer server, is shown as its JSON)."""
+    try:
+        kind = kind_of(answer["type"])
+    except UnknownKind:
+        return json.dumps({k: v for k, v in answer.items() if k != "type"}, ensure_ascii=False), {}
+    return kind.summary(answer)
 
 
 def print_answers(response: dict[str, Any], questions: dict[str, dict[str, Any]]) -> None:
@@ -232,8 +239,8 @@ def ask(
 ) -> None:
     """Ask questions about a state and print the answers with probability bars."""
     body = _read_body(file)
-    flags = {"noul": noul, "choice": choice, "option": option, "score": score, "level": level}
-    asked = questions_from_flags(ctx.meta.get(FLAG_ORDER, []), {k: v or [] for k, v in flags.items()})
+    flags = {name: ctx.params[name] or [] for name in (*QUESTION_FLAGS, *ATTACHED_FLAGS)}
+    asked = questions_from_flags(ctx.meta.get(FLAG_ORDER, []), flags)
     questions = {**body.get("questions", {}), **asked}
     if not questions:
         raise UserError("no questions: use --noul, --choice with -o, --score with -l, or --file")

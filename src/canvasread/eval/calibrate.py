@@ -29,7 +29,9 @@ def held_out(item_id: str, share: float, seed: int) -> bool:
 
 
 def _bucket_of(outcome: Outcome) -> str:
-    return bucket(outcome.item.kind, len(outcome.item.options))
+    name = bucket(outcome.item.kind, len(outcome.item.options))
+    assert name is not None, "an evaluation item has options, and every kind answered with options has a bucket"
+    return name
 
 
 def _comparison(before: Sequence[Outcome], after: Sequence[Outcome]) -> dict[str, Any]:

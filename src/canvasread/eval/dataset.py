@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from canvasread.errors import InvalidRequest
-from canvasread.types import JSONValue, QuestionKind
+from canvasread.types import JSONValue
 from canvasread.wire import parse_request
 
 BANKING77_INSTRUCTIONS = "Which intent does this banking customer's message express?"
@@ -34,7 +34,7 @@ class EvalItem:
     state: JSONValue
     question: dict[str, Any]
     expected: str
-    kind: QuestionKind
+    kind: str
     options: tuple[str, ...]
 
     @property

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from canvasread.answers import top_index
 from canvasread.calibration import PROBABILITY_FLOOR
+from canvasread.kinds.base import top_index
 
 Probabilities = Sequence[float]
 ECE_BINS = 10

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from canvasread.decide import Decider
 from canvasread.errors import CanvasreadError
 from canvasread.eval.dataset import EvalItem
+from canvasread.kinds import kind_of
 from canvasread.types import OrderMode
 from canvasread.wire import parse_request
 
@@ -107,11 +108,8 @@ class RunResult:
 
 
 def answer_distribution(answer: dict[str, Any], options: Sequence[str]) -> tuple[float, ...]:
-    """The answer's probabilities in `options` order; a noul carries only P(true)."""
-    if answer["type"] == "noul":
-        p_true = float(answer["noul"])
-        return tuple(p_true if name == "true" else 1.0 - p_true for name in options)
-    return tuple(float(answer["probabilities"][name]) for name in options)
+    """The answer's probabilities in `options` order, as its kind reads them back (a noul carries only P(true))."""
+    return kind_of(answer["type"]).probabilities_of(answer, options)
 
 
 def reordered_questions(item: EvalItem, seed: int) -> list[dict[str, Any]]:
@@ -147,7 +145,7 @@ class _Session:
     async def outcome(self, item: EvalItem, order_check: bool, seed: int) -> Outcome:
         answer, latency = await self.ask(item, item.question)
         reordered = []
-        if order_check and item.kind == "choice":
+        if order_check and kind_of(item.kind).rotates:
             for question in reordered_questions(item, seed):
                 again, _ = await self.ask(item, question)
                 reordered.append(answer_distribution(again, item.options))

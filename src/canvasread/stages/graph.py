@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from canvasread.errors import FieldProblem, InvalidRequest
-from canvasread.types import AskIfValue, Question
+from canvasread.kinds import kind_of
+from canvasread.types import Question
 
 
 def prerequisites(question: Question) -> tuple[str, ...]:
@@ -60,28 +61,9 @@ def _reference_problems(
         if condition.key in by_key and condition.key != question.key:
             target = questions[by_key[condition.key]]
             for i, value in enumerate(condition.values):
-                if (problem := _value_problem(target, value)) is not None:
+                if (problem := kind_of(target.kind).ask_if_problem(target, value)) is not None:
                     problems.append(FieldProblem(_loc(question, "ask_if", condition.key, i), problem, input=value))
     return problems
-
-
-def _value_problem(target: Question, value: AskIfValue) -> str | None:
-    """Why `value` can never be `target`'s answer (None when it can)."""
-    names = target.option_names
-    if target.kind == "box":
-        return f"{target.key!r} is a box: its answer is four edges, which ask_if cannot test"
-    if target.kind in ("span", "spans"):
-        return f"{target.key!r} is a {target.kind}: its answer is pieces of the state, which ask_if cannot test"
-    if target.kind == "noul":
-        return None if isinstance(value, bool) else f"{target.key!r} is a noul: its answers are true and false"
-    if target.kind == "choice":
-        if isinstance(value, str) and value in names:
-            return None
-        shown = ", ".join(repr(name) for name in names[:10]) + (", …" if len(names) > 10 else "")
-        return f"{target.key!r} is a choice: its answers are the option names {shown}"
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
-        return None
-    return f"{target.key!r} is a score: its answers are the level indices 0..{len(names) - 1}"
 
 
 def _levels(questions: Sequence[Question], by_key: Mapping[str, int]) -> tuple[int, ...]:

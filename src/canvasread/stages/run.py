@@ -27,12 +27,13 @@ or a span (422).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 
-from canvasread.answers import answer_confidence, box_confidence, box_edges, expected_score, top_index
+from canvasread.answers import answer_confidence
+from canvasread.kinds import kind_of
+from canvasread.kinds.base import as_text
 from canvasread.stages.graph import is_staged, prerequisites, stage_numbers
-from canvasread.types import AskIfValue, DecisionRequest, Distribution, Found, JSONValue, Question
+from canvasread.types import AskIfValue, DecisionRequest, Distribution, JSONValue, Question
 
 CONTEXT_HEADER = "Answers already given about this state:"
 
@@ -45,16 +46,9 @@ class Given:
     distribution: Distribution
 
     @property
-    def chosen(self) -> int:
-        return top_index(self.distribution.probabilities)
-
-    @property
     def value(self) -> AskIfValue:
         """The answer in `ask_if`'s words: a noul's side, a choice's option name, a score's level index."""
-        name = self.question.option_names[self.chosen]
-        if self.question.kind == "noul":
-            return name == "true"
-        return name if self.question.kind == "choice" else self.chosen
+        return kind_of(self.question.kind).ask_if_value(self.question, self.distribution)
 
     @property
     def abstained(self) -> bool:
@@ -63,26 +57,8 @@ class Given:
 
     def line(self) -> str:
         question = self.question
-        about = "" if question.instructions is None else f" ({_text(question.instructions)})"
-        if self.distribution.found is not None:
-            return f"- `{question.key}`{about}: {_pieces(self.distribution.found)}"
-        if question.kind == "box":
-            edges = ", ".join(f"{edge} {at:.2f}" for edge, at in box_edges(self.distribution.edges).items())
-            confident = box_confidence(self.distribution.edges)
-            return f"- `{question.key}`{about}: box at {edges} (fractions of the image), confidence {confident:.2f}"
-        probabilities = self.distribution.probabilities
-        option = question.options[self.chosen]
-        if question.kind == "noul":
-            said = "yes" if self.value else "no"
-        elif question.kind == "choice":
-            said = option.name
-        else:
-            top = len(question.options) - 1
-            said = f"level {self.chosen} of 0-{top} ({_text(option.description)})"
-        line = f"- `{question.key}`{about}: {said}, probability {probabilities[self.chosen]:.2f}"
-        if question.kind == "score":
-            line += f", expected score {expected_score(probabilities):.2f}"
-        return line
+        about = "" if question.instructions is None else f" ({as_text(question.instructions)})"
+        return f"- `{question.key}`{about}: {kind_of(question.kind).context(question, self.distribution)}"
 
 
 @dataclass(frozen=True)
@@ -161,7 +137,7 @@ class StageRun:
                     "message": message,
                 }
             if given.value not in condition.values:
-                message = f"asked only if `{condition.key}` is one of {_text(values)}; it is {_text(given.value)}"
+                message = f"asked only if `{condition.key}` is one of {as_text(values)}; it is {as_text(given.value)}"
                 return {
                     "reason": "condition_not_met",
                     "question": condition.key,
@@ -177,20 +153,4 @@ class StageRun:
         lines = [CONTEXT_HEADER, *(self._given[name].line() for name in question.depends_on)]
         context = "\n".join(lines)
         own = question.instructions
-        return replace(question, instructions=context if own is None else f"{_text(own)}\n\n{context}")
-
-
-def _text(value: JSONValue) -> str:
-    """Strings as they are, other JSON compact with non-ASCII kept (as the canvas prompt writes them)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _pieces(found: Found) -> str:
-    """A span or spans answer in words: each piece quoted with its offsets, or that none was found."""
-    if not found.pieces:
-        return f"nothing found, confidence {found.confidence:.2f}"
-    quoted = "; ".join(
-        f"{json.dumps(piece.text, ensure_ascii=False)} (characters {piece.start}-{piece.end} of the state)"
-        for piece in found.pieces
-    )
-    return f"{quoted}, confidence {found.confidence:.2f}"
+        return replace(question, instructions=context if own is None else f"{as_text(own)}\n\n{context}")

@@ -18,7 +18,10 @@ from canvasread.canvas.plan import CANVAS_TAIL
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.spans import SPAN_STEPS, StateTokens, markers_for, score_blank
 from canvasread.decide import Decider
-from canvasread.wire import SpanAnswer, SpansAnswer, parse_request
+from canvasread.kinds import kind_of
+from canvasread.kinds.span import SpanAnswer
+from canvasread.kinds.spans import SpansAnswer
+from canvasread.wire import parse_request
 
 STATE = "Order 1182 was charged twice to Zoë Brontë; please refund 李雷 before 9:30 🦜 tomorrow."
 QUESTIONS: dict[str, Any] = {
@@ -75,7 +78,9 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
         [blank] = [r for r in sent if r.canvas_ids == ids]
         assert distribution.details["steps"] == blank.steps == SPAN_STEPS
         logprobs, _ = transformers_denoising(model, blank)
-        markers = markers_for(runtime.tokenizer, planned.question.kind, CANVAS_TAIL)
+        form = kind_of(planned.question.kind).blank
+        assert form is not None
+        markers = markers_for(runtime.tokenizer, form, CANVAS_TAIL)
         wanted = sorted({*state.distinct_ids, markers.stop, *markers.ends})
         rows = [dict(zip(wanted, logprobs[p, wanted].tolist(), strict=True)) for p in range(start, len(ids))]
         expected = score_blank(state, rows, markers)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from helpers import serve_app
 from playwright.sync_api import Browser, Locator, Page, Route, sync_playwright
@@ -393,3 +394,57 @@ def test_the_api_docs_link_works_offline(page: Page, sparrow_server: str) -> Non
     assert outside == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "playground-api-docs.png"), full_page=True)
+
+
+def test_the_question_kinds_and_their_editors_come_from_the_servers_schema(page: Page, sparrow_server: str) -> None:
+    schema = httpx.get(sparrow_server + "/openapi.json", timeout=10).json()
+    union = schema["components"]["schemas"]["SystemOneRequest"]["properties"]["questions"]["additionalProperties"]
+    kinds = sorted(union["discriminator"]["mapping"])
+    open_playground(page, sparrow_server)
+    assert sorted(page.locator(".adders button").evaluate_all("nodes => nodes.map(n => n.dataset.add)")) == kinds
+    assert sorted(page.locator(".question-type").first.locator("option").all_inner_texts()) == kinds
+    for kind, inputs in (("noul", 2), ("box", 0), ("span", 0)):
+        page.click(f'.adders button[data-add="{kind}"]')
+        card = page.locator(".question").last
+        assert card.get_attribute("data-kind") == kind
+        assert card.locator(".criteria input").count() == inputs, kind
+    card.locator(".instructions").fill("Who signed?")
+    card.locator(".question-type").select_option("choice")
+    assert card.locator(".option-row").count() == 2  # a choice's editor: named options
+
+
+def test_answers_of_every_kind_are_drawn_from_their_fields(page: Page, sparrow_server: str) -> None:
+    answers = {
+        "logo": {"type": "box", "box": {"top": 0.1, "bottom": 0.4, "left": 0.2, "right": 0.9}, "confidence": 0.7},
+        "who": {"type": "span", "found": True, "text": "Zoë", "start": 7, "end": 10, "confidence": 0.9},
+        "none": {"type": "span", "found": False, "text": "", "start": 0, "end": 0, "confidence": 0.8},
+        "names": {
+            "type": "spans",
+            "spans": [
+                {"text": "Ann", "start": 0, "end": 3, "confidence": 0.6},
+                {"text": "Bo", "start": 8, "end": 10, "confidence": 0.5},
+            ],
+            "confidence": 0.5,
+            "complete": False,
+        },
+    }
+    body = {"model": "sparrow-nano-general-v1.1", "answers": answers, "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+    def canned(route: Route) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    open_playground(page, sparrow_server)
+    page.route("**/v1/systemone", canned)
+    send(page)
+    assert page.locator("#error").is_hidden()
+    logo = page.locator('.answer[data-answer="logo"]')
+    assert logo.locator(".bar-row").evaluate_all("rows => rows.map(r => r.dataset.option)") == list(
+        answers["logo"]["box"]
+    )
+    assert "top 0.10" in logo.locator(".headline").inner_text()
+    assert page.locator('.answer[data-answer="who"] .headline').inner_text() == "Zoë"
+    assert page.locator('.answer[data-answer="none"] .headline').inner_text() == "not found"
+    assert page.locator('.answer[data-answer="none"] .bar-row').count() == 0
+    names = page.locator('.answer[data-answer="names"]')
+    assert names.locator(".bar-row").evaluate_all("rows => rows.map(r => r.dataset.option)") == ["Ann", "Bo"]
+    assert shown_number(names.locator('[data-field="confidence"]')) == pytest.approx(0.5)

@@ -91,19 +91,47 @@ const fixed = (value, digits = 3) => (typeof value === "number" ? value.toFixed(
 
 let nextQuestion = 1;
 
-function optionRow(kind, name = "", description = "") {
+// The question kinds this server knows, learned from its schema (/openapi.json), each with the shape of its
+// criteria: "sides" (named sides, a noul's true and false), "options" (named options with descriptions),
+// "levels" (an ordered list), or null (no criteria: the instructions say it all).
+let KINDS = {};
+
+function criteriaShape(question, components) {
+  const criteria = question.properties?.criteria;
+  const resolve = (schema) => (schema.$ref ? components[schema.$ref.split("/").pop()] : schema);
+  const [shape] = (criteria?.anyOf || (criteria ? [criteria] : [])).map(resolve).filter((s) => s.type && s.type !== "null");
+  if (!shape) return { form: null };
+  if (shape.type === "array") return { form: "levels" };
+  if (shape.type === "object" && shape.properties) return { form: "sides", sides: Object.keys(shape.properties) };
+  return shape.type === "object" ? { form: "options" } : { form: null };
+}
+
+async function loadKinds() {
+  const response = await fetch("openapi.json", { headers: headers() });
+  if (!response.ok) throw new Error(`GET /openapi.json answered HTTP ${response.status}`);
+  const components = (await response.json()).components.schemas;
+  const union = components.SystemOneRequest.properties.questions.additionalProperties;
+  const refs = union.oneOf.map((entry) => entry.$ref.split("/").pop());
+  KINDS = Object.fromEntries(refs.map((ref) => [components[ref].properties.type.const, criteriaShape(components[ref], components)]));
+  $(".adders").replaceChildren(...Object.keys(KINDS).map((kind) => el("button", { type: "button", dataset: { add: kind }, onclick: () => addQuestion(kind) }, `+ ${kind}`)));
+}
+
+const formOf = (kind) => KINDS[kind]?.form ?? null;
+
+function optionRow(form, name = "", description = "") {
   const remove = el("button", { type: "button", class: "icon", title: "Remove", "aria-label": "remove option" }, "×");
+  const named = form === "options";
   const row = el(
     "div",
     { class: "option-row" },
-    kind === "choice"
+    named
       ? el("input", { class: "option-name", placeholder: "label", value: name, "aria-label": "option label" })
       : el("span", { class: "level-index" }),
     el("input", {
       class: "option-description",
-      placeholder: kind === "choice" ? "description (optional)" : "level description",
+      placeholder: named ? "description (optional)" : "level description",
       value: asText(description),
-      "aria-label": kind === "choice" ? "option description" : "level",
+      "aria-label": named ? "option description" : "level",
     }),
     remove,
   );
@@ -120,26 +148,29 @@ function renumber(list) {
 }
 
 function criteriaEditor(kind, criteria) {
-  if (kind === "noul") {
-    const sides = criteria || {};
+  const form = formOf(kind);
+  if (form === null) return el("div", { class: "criteria" });
+  if (form === "sides") {
+    const given = criteria || {};
     return el(
       "div",
-      { class: "criteria noul-criteria" },
-      el("label", {}, "true means ", el("input", { class: "noul-true", placeholder: "optional", value: asText(sides.true) })),
-      el("label", {}, "false means ", el("input", { class: "noul-false", placeholder: "optional", value: asText(sides.false) })),
+      { class: "criteria sides-criteria" },
+      KINDS[kind].sides.map((side) =>
+        el("label", {}, `${side} means `, el("input", { class: "side", dataset: { side }, placeholder: "optional", value: asText(given[side]) })),
+      ),
     );
   }
   const list = el("div", { class: "option-list" });
   const blank = [["", null], ["", null]];
-  const entries = kind === "choice" ? (criteria ? Object.entries(criteria) : blank) : criteria ? criteria.map((d) => ["", d]) : blank;
-  for (const [name, description] of entries) list.append(optionRow(kind, name, description));
+  const entries = form === "options" ? (criteria ? Object.entries(criteria) : blank) : criteria ? criteria.map((d) => ["", d]) : blank;
+  for (const [name, description] of entries) list.append(optionRow(form, name, description));
   renumber(list);
-  const add = el("button", { type: "button", class: "link" }, kind === "choice" ? "+ option" : "+ level");
+  const add = el("button", { type: "button", class: "link" }, form === "options" ? "+ option" : "+ level");
   add.addEventListener("click", () => {
-    list.append(optionRow(kind));
+    list.append(optionRow(form));
     renumber(list);
   });
-  return el("div", { class: `criteria ${kind}-criteria` }, list, add);
+  return el("div", { class: `criteria ${form}-criteria` }, list, add);
 }
 
 // Keys a card has no field for (depends_on, ask_if, alone, min_confidence...) are edited as one JSON object.
@@ -155,7 +186,7 @@ function questionCard(id, question) {
   const type = el(
     "select",
     { class: "question-type", "aria-label": "question type" },
-    ...["noul", "choice", "score"].map((k) => el("option", { value: k, selected: k === kind }, k)),
+    ...Object.keys(KINDS).map((k) => el("option", { value: k, selected: k === kind }, k)),
   );
   const remove = el("button", { type: "button", class: "icon", title: "Remove question", "aria-label": "remove question" }, "×");
   const card = el(
@@ -197,15 +228,15 @@ function readQuestion(card) {
   const question = { type: kind };
   const instructions = $(".instructions", card).value.trim();
   if (instructions) question.instructions = instructions;
-  if (kind === "noul") {
-    const yes = $(".noul-true", card).value.trim();
-    const no = $(".noul-false", card).value.trim();
-    if (yes || no) question.criteria = { true: yes || null, false: no || null };
-  } else if (kind === "choice") {
+  const form = formOf(kind);
+  if (form === "sides") {
+    const sides = $$(".side", card).map((input) => [input.dataset.side, input.value.trim() || null]);
+    if (sides.some(([, text]) => text)) question.criteria = Object.fromEntries(sides);
+  } else if (form === "options") {
     question.criteria = Object.fromEntries(
       $$(".option-row", card).map((row) => [$(".option-name", row).value.trim(), $(".option-description", row).value.trim() || null]),
     );
-  } else {
+  } else if (form === "levels") {
     question.criteria = $$(".option-description", card).map((input) => input.value.trim());
   }
   const extra = $(".question-extra", card).value.trim();
@@ -352,25 +383,34 @@ function argmax(values) {
   return values.reduce((best, value, index) => (value > values[best] ? index : best), 0);
 }
 
+// Answers are drawn from their fields, whatever their kind: option probabilities as bars, a bare probability
+// (a noul's P(true)) as its two sides, pieces of the state by their confidence, a box's edges by their position.
 function answerRows(answer, question) {
-  if (answer.type === "noul") {
+  const value = answer[answer.type];
+  if (answer.probabilities) {
+    const names = Object.keys(answer.probabilities);
+    const values = Object.values(answer.probabilities);
+    const top = typeof value === "string" ? names.indexOf(value) : argmax(values);
+    return names.map((name, index) => ({
+      name,
+      label: answer.legend ? `${name} · ${asText(answer.legend[name])}` : name,
+      hint: answer.legend ? "" : asText(question?.criteria?.[name]),
+      p: values[index],
+      chosen: index === top,
+    }));
+  }
+  if (typeof value === "number") {
     const sides = question?.criteria || {};
-    const chosen = answer.noul >= 0.5 ? "true" : "false";
     return [
-      { name: "true", label: "true", hint: asText(sides.true), p: answer.noul, chosen: chosen === "true" },
-      { name: "false", label: "false", hint: asText(sides.false), p: 1 - answer.noul, chosen: chosen === "false" },
+      { name: "true", label: "true", hint: asText(sides.true), p: value, chosen: value >= 0.5 },
+      { name: "false", label: "false", hint: asText(sides.false), p: 1 - value, chosen: value < 0.5 },
     ];
   }
-  const names = Object.keys(answer.probabilities);
-  const values = Object.values(answer.probabilities);
-  const top = answer.type === "choice" ? names.indexOf(answer.choice) : argmax(values);
-  return names.map((name, index) => ({
-    name,
-    label: answer.type === "score" ? `${name} · ${asText(answer.legend[name])}` : name,
-    hint: answer.type === "choice" ? asText(question?.criteria?.[name]) : "",
-    p: values[index],
-    chosen: index === top,
-  }));
+  const pieces = Array.isArray(value) ? value : answer.found ? [answer] : [];
+  if (pieces.length || "found" in answer) {
+    return pieces.map((piece) => ({ name: piece.text, label: `${piece.text} (${piece.start}–${piece.end})`, hint: "", p: piece.confidence, chosen: false }));
+  }
+  return Object.entries(value || {}).map(([edge, at]) => ({ name: edge, label: edge, hint: "position in the image", p: at, chosen: false }));
 }
 
 function bar(row) {
@@ -384,15 +424,19 @@ function bar(row) {
 }
 
 function headline(answer) {
-  if (answer.type === "noul") return answer.noul >= 0.5 ? "yes" : "no";
-  if (answer.type === "choice") return answer.choice;
-  return `score ${fixed(answer.score, 2)} of ${Object.keys(answer.probabilities).length - 1}`;
+  const value = answer[answer.type];
+  if (typeof value === "string") return value;
+  if (typeof value === "number" && answer.probabilities) return `${answer.type} ${fixed(value, 2)} of ${Object.keys(answer.probabilities).length - 1}`;
+  if (typeof value === "number") return value >= 0.5 ? "yes" : "no";
+  if (Array.isArray(value)) return `${value.length} found${answer.complete === false ? " (more not read)" : ""}`;
+  if ("found" in answer) return answer.found ? answer.text : "not found";
+  return Object.entries(value || {}).map(([edge, at]) => `${edge} ${fixed(at, 2)}`).join(" · ");
 }
 
 function facts(answer) {
   const items = [];
-  if (answer.type === "noul") items.push(el("span", {}, "P(true) ", el("b", { dataset: { field: "noul" } }, fixed(answer.noul))));
-  else items.push(el("span", {}, "confidence ", el("b", { dataset: { field: "confidence" } }, fixed(answer.confidence))));
+  if (typeof answer.confidence === "number") items.push(el("span", {}, "confidence ", el("b", { dataset: { field: "confidence" } }, fixed(answer.confidence))));
+  else if (typeof answer[answer.type] === "number") items.push(el("span", {}, "P(true) ", el("b", { dataset: { field: answer.type } }, fixed(answer[answer.type]))));
   if (answer.abstain) items.push(el("span", { class: "badge warn" }, "abstains"));
   return el("div", { class: "facts" }, items);
 }
@@ -505,23 +549,27 @@ async function loadModels() {
   }
 }
 
+const kindsRefused = (error) => showError("Could not read the question kinds", [{ text: error.message }]);
+
 function start() {
   const apiKey = $("#api-key");
   apiKey.value = localStorage.getItem("canvasread.apiKey") || "";
   apiKey.addEventListener("change", () => {
     localStorage.setItem("canvasread.apiKey", apiKey.value.trim());
+    const unknown = !Object.keys(KINDS).length; // the schema was refused without a key: the cards wait for it
+    loadKinds().then(() => unknown && loadExample(EXAMPLES[Number($("#example").value)]), kindsRefused);
     loadModels();
   });
   const examples = $("#example");
   examples.replaceChildren(...EXAMPLES.map((example, index) => el("option", { value: String(index) }, example.name)));
   examples.addEventListener("change", () => loadExample(EXAMPLES[Number(examples.value)]));
-  loadExample(EXAMPLES[0]);
-  for (const button of $$("[data-add]")) button.addEventListener("click", () => addQuestion(button.dataset.add));
   $("#send").addEventListener("click", send);
   document.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) send();
   });
-  loadModels().then(() => document.body.classList.add("ready"));
+  const kinds = loadKinds().catch(kindsRefused);
+  kinds.then(() => loadExample(EXAMPLES[0]));
+  Promise.all([kinds, loadModels()]).then(() => document.body.classList.add("ready"));
 }
 
 start();

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,13 @@ def test_a_missing_extra_fails_at_start_with_the_install_line() -> None:
 def test_a_real_checkpoint_folder_passes_the_start_checks(tiny_checkpoint: Path) -> None:
     with serve_cli("--model", str(tiny_checkpoint), ready_timeout=240) as base:
         assert wait_until(base + "/ready").json()["status"] == "ready"
+
+
+def test_a_port_in_use_is_one_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = canvasread("serve", "--port", str(port), timeout=60)
+    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
+    assert result.stdout == ""  # no banner for a server that never ran, nor a model loaded after it stopped

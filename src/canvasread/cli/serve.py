@@ -9,7 +9,7 @@ from __future__ import annotations
 from canvasread import __version__
 from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
-from canvasread.cli.errors import console, warn
+from canvasread.cli.errors import UserError, console, warn
 from canvasread.cli.options import flag_groups
 from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ModelFlags, ServerFlags, UpstreamFlags
 from canvasread.decide import Decider
@@ -66,16 +66,21 @@ def serve(
 
 
 def _run(decider: Decider, server: ServerSettings, log_level: str) -> None:
-    """Say what is served and to whom, then bind: models load behind the open port."""
+    """Bind, say what is served and to whom, then serve: models load behind the open port."""
     import uvicorn
 
     from canvasread.server.app import create_app
-    from canvasread.server.run import uvicorn_config
+    from canvasread.server.run import listening_socket, uvicorn_config
 
+    try:
+        listener = listening_socket(server)
+    except OSError as error:
+        where = f"{server.host}:{server.port}"
+        raise UserError(f"cannot listen on {where}: {error.strerror or error} (is a server running there?)") from None
     names = ", ".join(served.card.name for served in decider.served)
     console.print(f"canvasread {__version__} on http://{server.host}:{server.port} serving {names}")
     if server.api_keys:
         console.print(f"API keys required ({len(server.api_keys)} configured)")
     elif server.host not in LOOPBACK:
         warn(f"no API keys: anyone who can reach {server.host}:{server.port} can use it")
-    uvicorn.Server(uvicorn_config(create_app(decider, server), server, log_level=log_level)).run()
+    uvicorn.Server(uvicorn_config(create_app(decider, server), server, log_level=log_level)).run(sockets=[listener])

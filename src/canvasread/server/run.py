@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import uvicorn
@@ -31,3 +32,17 @@ def uvicorn_config(
         "access_log": False,
     }
     return uvicorn.Config(app, **settings)
+
+
+def listening_socket(config: ServerSettings) -> socket.socket:
+    """The server's address, bound now (as uvicorn would bind it), so a port already in use is one clear error
+    before anything is printed or loaded; raises `OSError`."""
+    listener = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((config.host, config.port))
+    except OSError:
+        listener.close()
+        raise
+    listener.set_inheritable(True)
+    return listener

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from canvasread.backends.base import AnyBackend
-from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, is_sparrow_model
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, SparrowLimits, is_sparrow_model
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from canvasread.canvas.vllm.settings import UpstreamSettings
 
 
-def _sparrow(spec: str) -> SparrowBackend:
+def _sparrow(spec: str, limits: SparrowLimits) -> SparrowBackend:
     """The backend, once its name resolves to a model file: an unknown name can never load."""
-    backend = SparrowBackend(spec)
+    backend = SparrowBackend(spec, limits)
     try:
         backend.fingerprint  # noqa: B018 (resolves the name to its file and hashes it, ~2 MB)
     except FileNotFoundError as error:
@@ -44,19 +44,23 @@ def _check_local_checkpoint(spec: str) -> None:
 
 
 def backends_for(
-    spec: str, engine: EngineSettings = EngineSettings(), reading: ReadSettings = ReadSettings()
+    spec: str,
+    engine: EngineSettings = EngineSettings(),
+    reading: ReadSettings = ReadSettings(),
+    sparrow: SparrowLimits = SparrowLimits(),
 ) -> list[AnyBackend]:
     """A sparrow model name (`sparrow-…`, or a `.sparrow` file), else a DiffusionGemma path or hub id.
 
     What can be known without loading is checked here, so `serve` refuses a model
     that can never load before it binds: an unknown sparrow name, a missing
     folder, a missing extra. A slow but valid load happens behind the open port.
-    `reading` (the read layout, re-read rule) applies to the canvas backends; sparrow models read no canvases.
+    `reading` (the read layout, re-read rule) applies to the canvas backends; sparrow models read no canvases,
+    and `sparrow` (what one request may make them read) applies to them alone.
     The default model's aliases (`default`, `jev-latest`...) name the embedded default.
     """
     spec = DEFAULT_SPARROW_MODEL if spec in DEFAULT_ALIASES else spec
     if is_sparrow_model(spec):
-        return [_sparrow(spec)]
+        return [_sparrow(spec, sparrow)]
     _check_local_checkpoint(spec)
     missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
     if missing:
@@ -83,13 +87,14 @@ def open_decider(
     load: bool = True,
     upstream: UpstreamSettings | None = None,
     reading: ReadSettings = ReadSettings(),
+    sparrow: SparrowLimits = SparrowLimits(),
 ) -> Decider:
     """Build a `Decider` for the given models (the first is the default) and, by default, load them now.
 
     With `upstream`, the vLLM-served model comes first (the default), before `models`.
     """
     served = upstream_backends(upstream, reading) if upstream is not None else []
-    backends = [backend for spec in models for backend in backends_for(spec, engine, reading)]
+    backends = [backend for spec in models for backend in backends_for(spec, engine, reading, sparrow)]
     decider = Decider([*served, *backends], settings)
     if load:
         decider.load()

@@ -35,6 +35,7 @@ from canvasread.types import (
     DecisionRequest,
     DecisionResult,
     Distribution,
+    InputWarning,
     JSONValue,
     ModelCard,
     Question,
@@ -109,11 +110,15 @@ class Decision:
     reads: tuple[int, ...] = ()
     # Questions not read and why (`canvasread.stages.run`); None when no question has `ask_if`.
     skipped: dict[str, dict[str, JSONValue]] | None = None
+    # What the answers do not honour as sent (parsing's and the model's), each once; the key is absent when none.
+    warnings: tuple[InputWarning, ...] = ()
 
     def to_json(self) -> dict[str, JSONValue]:
         body: dict[str, JSONValue] = {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
         if self.skipped is not None:
             body["skipped"] = dict(self.skipped)
+        if self.warnings:
+            body["warnings"] = [warning.to_json() for warning in self.warnings]
         return body
 
 
@@ -144,6 +149,7 @@ class DecisionRun:
         self._answers: dict[str, dict[str, JSONValue]] = {}
         self._usage = Usage()
         self._reads: list[int] = []
+        self._warnings = dict.fromkeys(request.warnings)  # an ordered set: each stage may repeat the model's
 
     async def stages(self) -> AsyncIterator[StageAnswers]:
         while (stage := self._plan.next_stage()) is not None:
@@ -182,6 +188,7 @@ class DecisionRun:
                 answers[question.key] = self._answer(question, distribution, stage.number)
                 if read.reads is not None:
                     self._reads.append(read.reads)
+            self._warnings.update(dict.fromkeys(result.warnings))
             used = result.usage
             self._usage = Usage(
                 self._usage.input_tokens + used.input_tokens, self._usage.output_tokens + used.output_tokens
@@ -209,6 +216,7 @@ class DecisionRun:
             elapsed,
             tuple(self._reads),
             skipped if self._plan.conditional else None,
+            tuple(self._warnings),
         )
 
 

@@ -27,10 +27,11 @@ noul's two sides always arrive as (true, false).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from canvasread.kinds import kind_of
-from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, Question
+from canvasread.types import DecisionRequest, DecisionResult, Distribution, InputWarning, JSONValue, Question
 
 MAX_ROTATIONS = 8
 
@@ -56,10 +57,12 @@ def _variant(question: Question, index: int, start: int) -> Question:
 
 @dataclass(frozen=True)
 class RotationPlan:
-    """The request as the backend reads it, and for each caller question the starts of its reads."""
+    """The request as the backend reads it, for each caller question the starts of its reads, and the caller's
+    key of each rotated variant (`team#rot1` → `team`)."""
 
     request: DecisionRequest
     starts: tuple[tuple[int, ...], ...]
+    callers: Mapping[str, str] = field(default_factory=dict)
 
     def fold(self, result: DecisionResult) -> DecisionResult:
         """Map the backend's per-read distributions back to one distribution per caller question."""
@@ -68,7 +71,14 @@ class RotationPlan:
         for starts in self.starts:
             reads = [next(distributions) for _ in starts]
             folded.append(reads[0] if len(starts) == 1 else _average(starts, reads))
-        return DecisionResult(tuple(folded), result.usage)
+        warnings = dict.fromkeys(self._at_caller(warning) for warning in result.warnings)
+        return DecisionResult(tuple(folded), result.usage, tuple(warnings))
+
+    def _at_caller(self, warning: InputWarning) -> InputWarning:
+        """A warning about a rotated variant, located at the caller's question (one warning for all variants)."""
+        if len(warning.loc) < 2 or warning.loc[0] != "questions" or warning.loc[1] not in self.callers:
+            return warning
+        return replace(warning, loc=("questions", self.callers[str(warning.loc[1])], *warning.loc[2:]))
 
 
 def _average(starts: tuple[int, ...], reads: list[Distribution]) -> Distribution:
@@ -95,9 +105,12 @@ def plan_rotations(request: DecisionRequest) -> RotationPlan:
     if all(len(s) == 1 for s in starts):
         return RotationPlan(request, starts)
     questions: list[Question] = []
+    callers: dict[str, str] = {}
     for question, question_starts in zip(request.questions, starts, strict=True):
         if len(question_starts) == 1:
             questions.append(question)
-        else:
-            questions.extend(_variant(question, j, start) for j, start in enumerate(question_starts))
-    return RotationPlan(replace(request, questions=tuple(questions)), starts)
+            continue
+        variants = [_variant(question, j, start) for j, start in enumerate(question_starts)]
+        questions.extend(variants)
+        callers.update((variant.key, question.key) for variant in variants)
+    return RotationPlan(replace(request, questions=tuple(questions)), starts, callers)

@@ -99,13 +99,31 @@ class RequestOptions:
 
 
 @dataclass(frozen=True)
+class InputWarning:
+    """Something in a request that the answer does not honour as written (a canvasread extension: `warnings`).
+
+    The shape of a 422 `detail` entry: `loc` is the field's path inside the request (never `"body"`), `msg`
+    says what happened and what to do, `type` names the kind (`state_truncated`, `unknown_key`...), so a
+    server that refuses what it would warn about (`serve --strict`) sends the same entries as a 422.
+    """
+
+    loc: tuple[str | int, ...]
+    msg: str
+    type: str
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"loc": list(self.loc), "msg": self.msg, "type": self.type}
+
+
+@dataclass(frozen=True)
 class DecisionRequest:
-    """Everything a backend needs to answer one API request."""
+    """Everything a backend needs to answer one API request; `warnings` are what parsing noticed."""
 
     state: JSONValue
     questions: tuple[Question, ...]
     assets: Mapping[str, ImageAsset] = field(default_factory=dict)
     options: RequestOptions = RequestOptions()
+    warnings: tuple[InputWarning, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,10 +190,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class DecisionResult:
-    """A backend's answer to one request: one distribution per question, in question order."""
+    """A backend's answer to one request: one distribution per question, in question order, and what the
+    model could not read as sent (`warnings`: a state cut to the tokens it reads...)."""
 
     distributions: tuple[Distribution, ...]
     usage: Usage
+    warnings: tuple[InputWarning, ...] = ()
 
 
 @dataclass(frozen=True)

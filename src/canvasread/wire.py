@@ -94,6 +94,14 @@ class SkippedQuestion(WireModel):
     values: list[bool | str | int] | None = Field(None, description="The ask_if values it had to be among.")
 
 
+class WireWarning(WireModel):
+    """Something the answers do not honour as sent, in the shape of a 422 `detail` entry (`loc` without "body")."""
+
+    loc: list[str | int] = Field(description="The field's path inside the request, as the caller wrote it.")
+    msg: str
+    type: str = Field(description="What happened: `truncated` (a text longer than the model reads).")
+
+
 class SystemOneResponse(WireModel):
     model: str
     answers: dict[str, WireAnswer] = Field(min_length=1)
@@ -102,6 +110,11 @@ class SystemOneResponse(WireModel):
         None,
         description="canvasread extension, present when a question has ask_if: the questions not read, and why "
         "(they are absent from answers).",
+    )
+    warnings: list[WireWarning] | None = Field(
+        None,
+        description="canvasread extension, present when there is one: what the answers do not honour as sent "
+        "(a state longer than the model reads, for one).",
     )
 
 

@@ -11,9 +11,10 @@ import httpx
 import numpy as np
 import pytest
 from sparrow_decider import Decider as SparrowLibrary
+from typesafe_sdk import TypeSafeClient
 
 from canvasread.backends.base import Gone, never_gone
-from canvasread.backends.sparrow import SparrowBackend, SparrowJob, _sparrow_question
+from canvasread.backends.sparrow import SparrowBackend, SparrowJob, SparrowLimits, _sparrow_question
 from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest, PayloadTooLarge
@@ -82,7 +83,7 @@ def test_bounded_tokenising_equals_the_tokenizers_own_truncation() -> None:
 
 
 def test_usage_counts_what_the_model_read_and_a_request_past_the_budget_is_refused() -> None:
-    backend = SparrowBackend(max_request_tokens=600)
+    backend = SparrowBackend(limits=SparrowLimits(max_request_tokens=600))
     backend.load()
     [result] = backend.decide([backend.prepare(parsed("word " * 10_000, {"q": QUESTIONS["refund"]}))])
     assert 512 < result.usage.input_tokens < 600  # the state counts the 512 tokens read, not 10,000
@@ -203,3 +204,59 @@ def test_a_kind_sparrow_was_not_trained_on_is_refused_before_it_queues_never_rea
     [problem] = refused.value.problems
     assert problem.loc == ("questions", "what")
     assert problem.msg == f"sparrow models answer only noul, choice, score questions, not {kind}"
+
+
+# A decisive sentence after more filler than the 512 tokens the model reads (about 1,700 tokens).
+FILLER = "The quarterly newsletter covers the office move, the picnic and the new parking rules. " * 100
+DECISIVE = "I was charged twice for order 1182. I want my money back!"
+
+
+def test_a_state_past_what_the_model_reads_is_answered_with_a_warning_the_sdk_ignores(sparrow_server: str) -> None:
+    """Issue 26: the model used to read the first 512 tokens of a state and drop the rest without a word."""
+    questions = {"team": QUESTIONS["team"], "refund": QUESTIONS["refund"]}
+    body = {"model": "default", "state": FILLER + DECISIVE, "questions": questions, "diagnostics": True}
+    long = httpx.post(sparrow_server + "/v1/systemone", json=body, timeout=60).json()
+    [warning] = long["warnings"]
+    assert warning["loc"] == ["state"] and warning["type"] == "truncated"
+    assert "first 512 tokens of the state" in warning["msg"] and "--max-state-tokens" in warning["msg"]
+    assert [answer["diagnostics"]["truncated"] for answer in long["answers"].values()] == [True, True]
+    short = httpx.post(sparrow_server + "/v1/systemone", json={**body, "state": DECISIVE}, timeout=60).json()
+    assert "warnings" not in short
+    assert [answer["diagnostics"]["truncated"] for answer in short["answers"].values()] == [False, False]
+    with TypeSafeClient(base_url=sparrow_server, api_key="local") as client:
+        result = client.system_one(FILLER + DECISIVE, questions)
+    assert result.choices["team"].choice == long["answers"]["team"]["choice"]
+    assert result.raw_http_response.json()["warnings"] == long["warnings"]
+
+
+def test_a_dependents_instructions_cut_by_the_answers_written_in_are_warned_about_once_per_question() -> None:
+    """The answers `depends_on` writes into instructions can push them past 512 tokens; a rotated question's
+    long option is read once per rotation and warned about once, at the caller's own key."""
+    backend = SparrowBackend()
+    decider = Decider([backend])
+    decider.load()
+    long = "word " * 600
+    criteria = {"billing": "charges", "tech": long}
+    questions = {
+        "first": {"type": "noul", "instructions": long},
+        "then": {"type": "noul", "instructions": "Is it urgent?", "depends_on": ["first"]},
+        "team": {"type": "choice", "criteria": criteria, "order": "rotate"},
+    }
+    response = decider.ask("short state", questions)
+    assert [warning["loc"] for warning in response["warnings"]] == [  # type: ignore[union-attr]
+        ["questions", "first", "instructions"],
+        ["questions", "team", "criteria", "tech"],
+        ["questions", "then", "instructions"],
+    ]
+
+
+def test_max_state_tokens_refuses_a_longer_state_with_a_413_naming_the_flag() -> None:
+    backend = SparrowBackend(limits=SparrowLimits(max_state_tokens=20))
+    backend.load()
+    tokenizer = SparrowLibrary.load().static.tok
+    state = "one two three four five six seven eight nine ten " * 2
+    assert len(tokenizer.encode(state, 10**6)) == 20
+    [result] = backend.decide([backend.prepare(parsed(state, {"q": QUESTIONS["refund"]}))])
+    assert result.warnings == ()
+    with pytest.raises(PayloadTooLarge, match=r"longer than 20 tokens.*\(--max-state-tokens\)"):
+        backend.prepare(parsed(state + "eleven", {"q": QUESTIONS["refund"]}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import assert_one_line_error, canvasread, free_port, serve_cli, wait_until
 
@@ -47,3 +48,12 @@ def test_a_port_in_use_is_one_line_and_exit_1() -> None:
         result = canvasread("serve", "--port", str(port), timeout=60)
     assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
     assert result.stdout == ""  # no banner for a server that never ran, nor a model loaded after it stopped
+
+
+def test_max_state_tokens_makes_a_longer_state_a_413_naming_the_flag() -> None:
+    question = {"q": {"type": "noul", "instructions": "Is it urgent?"}}
+    with serve_cli("--max-state-tokens", "8") as base:
+        short = httpx.post(base + "/v1/systemone", json={"model": "default", "state": "a b c", "questions": question})
+        long = httpx.post(base + "/v1/systemone", json={"model": "default", "state": "a " * 9, "questions": question})
+    assert short.status_code == 200, short.text
+    assert long.status_code == 413 and "(--max-state-tokens)" in long.json()["detail"]["message"]

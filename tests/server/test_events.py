@@ -83,6 +83,14 @@ def test_every_answer_arrives_in_stage_order_before_done(sparrow_server: str) ->
     }
 
 
+def test_done_carries_the_warnings_of_the_json_response(sparrow_server: str) -> None:
+    payload = {**body(PIPELINE), "state": "word " * 600}  # past the 512 tokens the embedded model reads
+    _, events = stream(sparrow_server, payload)
+    plain = httpx.post(sparrow_server + "/v1/systemone", json=payload, timeout=60).json()
+    assert plain["warnings"][0]["loc"] == ["state"]
+    assert events[-1][0] == "done" and events[-1][1]["warnings"] == plain["warnings"]
+
+
 def test_a_request_without_stages_streams_too_and_json_stays_json(sparrow_server: str) -> None:
     questions = {"bug": BUG, "other": {**BUG, "instructions": "Is it urgent?"}}
     _, events = stream(sparrow_server, body(questions))

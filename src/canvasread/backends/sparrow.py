@@ -19,13 +19,14 @@ from sparrow_decider.static import KINDS as SPARROW_KINDS
 
 from canvasread.backends.base import Gone, never_gone
 from canvasread.backends.sparrow_static import PooledQuestion, PooledRequest, StaticReader
-from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.errors import FieldProblem, InvalidRequest, PayloadTooLarge
 from canvasread.kinds import kind_of
 from canvasread.types import (
     Capabilities,
     DecisionRequest,
     DecisionResult,
     Distribution,
+    InputWarning,
     JSONValue,
     ModelCard,
     Question,
@@ -78,11 +79,29 @@ DEFAULT_MAX_REQUEST_TOKENS = 65_536
 
 
 @dataclass(frozen=True)
+class SparrowLimits:
+    """What one request may make an embedded model read.
+
+    `max_state_tokens` (`serve --max-state-tokens`) refuses a state of more tokens with a 413; without it a
+    state longer than the model reads is answered from its beginning, with a warning.
+    """
+
+    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
+    max_state_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_request_tokens < 1 or (self.max_state_tokens is not None and self.max_state_tokens < 1):
+            raise ValueError("max_request_tokens and max_state_tokens must be at least 1")
+
+
+@dataclass(frozen=True)
 class SparrowJob:
-    """A request with every text already read (`pooled`; None for models that are not static)."""
+    """A request with every text already read (`pooled`; None for models that are not static), and the texts
+    the model reads only the beginning of (`warnings`)."""
 
     request: DecisionRequest
     pooled: PooledRequest | None
+    warnings: tuple[InputWarning, ...] = ()
 
 
 class SparrowBackend:
@@ -92,13 +111,9 @@ class SparrowBackend:
     thread; the worker runs only numpy, so a request with a huge state does not hold it for seconds.
     """
 
-    def __init__(
-        self, model: str = DEFAULT_SPARROW_MODEL, max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
-    ) -> None:
-        if max_request_tokens < 1:
-            raise ValueError("max_request_tokens must be at least 1")
+    def __init__(self, model: str = DEFAULT_SPARROW_MODEL, limits: SparrowLimits = SparrowLimits()) -> None:
         self._model_name = model
-        self.max_request_tokens = max_request_tokens
+        self.limits = limits
         self._decider: Any = None
         self._reader: StaticReader | None = None
         self._card = ModelCard(
@@ -130,12 +145,25 @@ class SparrowBackend:
         return "sha256:" + hashlib.sha256(Path(_resolve(self._model_name)).read_bytes()).hexdigest()
 
     def prepare(self, request: DecisionRequest) -> SparrowJob:
-        """Read every text of the request once; past `max_request_tokens` it is refused (413) before it queues."""
+        """Read every text of the request once; past `max_request_tokens`, or a state past `max_state_tokens`, it
+        is refused (413) before it queues."""
         _check_kinds(request)
         if self._reader is None:
             return SparrowJob(request, None)
-        asked = [_sparrow_question(q) for q in request.questions if len(q.options) > 1]
-        return SparrowJob(request, self._reader.pool_request(request.state, asked, self.max_request_tokens))
+        reader, limit = self._reader, self.limits.max_state_tokens
+        state_ids = None
+        if limit is not None:
+            state_ids = reader.state_tokens(request.state, max(limit, reader.max_len) + 1)
+            if len(state_ids) > limit:
+                raise PayloadTooLarge(
+                    f"the state is longer than {limit} tokens, the most this server reads of a state "
+                    "(--max-state-tokens); send a shorter state"
+                )
+        asked = [q for q in request.questions if len(q.options) > 1]
+        pooled = reader.pool_request(
+            request.state, [_sparrow_question(q) for q in asked], self.limits.max_request_tokens, state_ids
+        )
+        return SparrowJob(request, pooled, _cut_warnings(pooled, asked, reader.max_len))
 
     def decide(self, jobs: Sequence[SparrowJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         """Question by question, so a request whose caller has left stops at the next question."""
@@ -154,8 +182,10 @@ class SparrowBackend:
                 continue
             read = next(pooled)
             probabilities = self._reader_probabilities(job.pooled, read)
-            distributions.append(Distribution(_in_option_order(question, read.names, probabilities)))
-        return DecisionResult(tuple(distributions), Usage(job.pooled.tokens, len(job.request.questions)))
+            details: dict[str, JSONValue] = {"truncated": job.pooled.state.cut or bool(read.cut)}
+            distributions.append(Distribution(_in_option_order(question, read.names, probabilities), details))
+        usage = Usage(job.pooled.tokens, len(job.request.questions))
+        return DecisionResult(tuple(distributions), usage, job.warnings)
 
     def _reader_probabilities(self, pooled: PooledRequest, question: PooledQuestion) -> Sequence[float]:
         assert self._reader is not None
@@ -176,6 +206,28 @@ class SparrowBackend:
         texts += [f"{o.name} {_text(o.description)}" for q in request.questions for o in q.options]
         tokens = sum(len(self._decider.tok.encode(text)) for text in texts if text)
         return DecisionResult(tuple(distributions), Usage(tokens, len(request.questions)))
+
+
+def _cut_warnings(pooled: PooledRequest, asked: Sequence[Question], max_len: int) -> tuple[InputWarning, ...]:
+    """A warning for each text the model read only the first `max_len` tokens of, located where it was sent."""
+    warnings = []
+    if pooled.state.cut:
+        message = (
+            f"the embedded model reads the first {max_len} tokens of the state and this state has more: the rest "
+            f"was not read (send a shorter state; `serve --max-state-tokens {max_len}` refuses such states)"
+        )
+        warnings.append(InputWarning(("state",), message, "truncated"))
+    for question, read in zip(asked, pooled.questions, strict=True):
+        for text in read.cut:
+            if text == "instructions":
+                loc: tuple[str | int, ...] = ("questions", question.key, "instructions")
+                what = "these instructions (with the answers they depend on written in)"
+            else:
+                loc = ("questions", question.key, "criteria", int(text) if question.kind == "score" else text)
+                what = "this option (its name and description)"
+            message = f"the embedded model reads the first {max_len} tokens of {what}; the rest was not read"
+            warnings.append(InputWarning(loc, message, "truncated"))
+    return tuple(warnings)
 
 
 def _in_option_order(question: Question, names: Sequence[str], probabilities: Sequence[float]) -> tuple[float, ...]:

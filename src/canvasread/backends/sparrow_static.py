@@ -61,6 +61,7 @@ class PooledState:
     vector: np.ndarray
     pair_values: np.ndarray | None  # per key-value pair: emb(key) * g(value), normalised keys [P x H]
     pair_labels: np.ndarray | None  # per pair: the normalised pooled label of its line [P x H]
+    cut: bool = False  # the text is longer than the `max_len` tokens pooled: only its beginning was read
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class PooledQuestion:
     names: tuple[str, ...]  # sparrow's option order (its noul is false, true)
     instructions: np.ndarray
     options: np.ndarray  # [K x H]
+    cut: tuple[str, ...] = ()  # the texts read only in part: "instructions" and option names, in sparrow's order
 
 
 @dataclass(frozen=True)
@@ -100,37 +102,65 @@ def _normalised(z: np.ndarray) -> np.ndarray:
 
 
 class StaticReader:
-    """Pools texts and reads questions with the weights of one loaded `StaticModel`."""
+    """Pools texts and reads questions with the weights of one loaded `StaticModel`.
+
+    Each text is tokenised one token past what the model pools, so a text it reads only in part is known
+    (`cut`) for the price of one token.
+    """
 
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def _pool(self, text: str, budget: _Budget) -> np.ndarray:
-        ids = bounded_ids(self.model.tok, text, self.model.max_len)
-        budget.take(max(1, len(ids)))
-        result: np.ndarray = self.model.emb[ids or [0]].mean(0)
-        return result
+    @property
+    def max_len(self) -> int:
+        """The tokens of each text the model pools; the rest of a longer text is not read."""
+        return int(self.model.max_len)
 
-    def pool_request(self, state: Any, questions: list[dict[str, Any]], max_tokens: int) -> PooledRequest:
-        """Everything text-shaped about one request, read once; raises `PayloadTooLarge` past `max_tokens`."""
+    def _pool(self, text: str, budget: _Budget, ids: list[int] | None = None) -> tuple[np.ndarray, bool]:
+        """The text's pooled vector (`ids`: its tokens, when already known), and whether it was cut."""
+        limit = self.max_len
+        ids = bounded_ids(self.model.tok, text, limit + 1) if ids is None else ids
+        kept = ids[:limit]
+        budget.take(max(1, len(kept)))
+        result: np.ndarray = self.model.emb[kept or [0]].mean(0)
+        return result, len(ids) > limit
+
+    def state_tokens(self, state: Any, limit: int) -> list[int]:
+        """The state's first `limit` tokens (a state with more has more than `limit`)."""
+        return bounded_ids(self.model.tok, _content(state), limit)
+
+    def pool_request(
+        self, state: Any, questions: list[dict[str, Any]], max_tokens: int, state_ids: list[int] | None = None
+    ) -> PooledRequest:
+        """Everything text-shaped about one request, read once; raises `PayloadTooLarge` past `max_tokens`.
+
+        `state_ids` are the state's tokens when the caller has them (`state_tokens`), at least one past `max_len`.
+        """
         budget = _Budget(max_tokens)
         text = _content(state)
-        vector = self._pool(text, budget)
+        vector, cut = self._pool(text, budget, state_ids)
         pair_values = pair_labels = None
         pairs = kv_pairs(text) if self.model.kv else []
         if pairs:
             w = self.model.w
-            keys = _normalised(np.stack([self._pool(key, budget) for key, _, _ in pairs]))
-            pair_labels = _normalised(np.stack([self._pool(label, budget) for _, label, _ in pairs]))
+            keys = _normalised(np.stack([self._pool(key, budget)[0] for key, _, _ in pairs]))
+            pair_labels = _normalised(np.stack([self._pool(label, budget)[0] for _, label, _ in pairs]))
             numbers = np.array([value_features(value) for _, _, value in pairs], np.float32)
             pair_values = keys * np.tanh(numbers @ w["g.weight"].T + w["g.bias"])
-        pooled = []
-        for question in questions:
-            kind, options = _options(question)
-            instructions = self._pool(_content(question.get("instructions")), budget)
-            vectors = np.stack([self._pool(f"{name} {description or ''}", budget) for name, description in options])
-            pooled.append(PooledQuestion(kind, tuple(name for name, _ in options), instructions, vectors))
-        return PooledRequest(PooledState(vector, pair_values, pair_labels), tuple(pooled), budget.used)
+        pooled = tuple(self._pool_question(question, budget) for question in questions)
+        return PooledRequest(PooledState(vector, pair_values, pair_labels, cut), pooled, budget.used)
+
+    def _pool_question(self, question: dict[str, Any], budget: _Budget) -> PooledQuestion:
+        kind, options = _options(question)
+        instructions, cut = self._pool(_content(question.get("instructions")), budget)
+        cuts = ["instructions"] if cut else []
+        vectors = []
+        for name, description in options:
+            vector, cut = self._pool(f"{name} {description or ''}", budget)
+            vectors.append(vector)
+            cuts += [name] if cut else []
+        names = tuple(name for name, _ in options)
+        return PooledQuestion(kind, names, instructions, np.stack(vectors), tuple(cuts))
 
     def probabilities(self, state: PooledState, question: PooledQuestion) -> np.ndarray:
         """`StaticModel.probs` from pooled vectors: softmax of the MLP's option logits over the temperature."""

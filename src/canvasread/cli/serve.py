@@ -59,6 +59,7 @@ def serve(
         load=False,
         upstream=upstream_settings,
         reading=models.reading(),
+        sparrow=limits.sparrow(),
     )
     for path in models.calibration or []:
         decider.use_calibration(Calibration.load(path))

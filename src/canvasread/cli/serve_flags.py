@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowLimits
 from canvasread.batching import BatchSettings
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
@@ -257,6 +257,9 @@ MaxItems = Annotated[int, _limit("N", "Most JSON items (arrays, objects and thei
 MaxImages = Annotated[int, _limit("N", "Most images in one request.")]
 MaxImageBytes = Annotated[int, _limit("BYTES", "Largest image file.")]
 MaxImagePixels = Annotated[int, _limit("N", "Most pixels (width x height) in one image.")]
+MaxStateTokens = Annotated[
+    int | None, _limit("N", "Refuse a state of more tokens (413); embedded models, which read its first 512.")
+]
 
 
 @dataclass(frozen=True)
@@ -387,3 +390,7 @@ class LimitFlags:
     max_images: MaxImages = ImageLimits.max_images
     max_image_bytes: MaxImageBytes = ImageLimits.max_bytes
     max_image_pixels: MaxImagePixels = ImageLimits.max_pixels
+    max_state_tokens: MaxStateTokens = SparrowLimits.max_state_tokens
+
+    def sparrow(self) -> SparrowLimits:
+        return SparrowLimits(max_state_tokens=self.max_state_tokens)

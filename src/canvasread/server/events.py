@@ -7,7 +7,8 @@ stages are read. Events, each `data` one JSON object:
 
 - `answer`: `{"question", "stage", "answer"}`, the answer exactly as in the JSON response;
 - `skipped`: `{"question", "stage", "skipped"}`, as in the response's `skipped` map;
-- `done`: `{"model", "usage", "request_id"}` (and `skipped` when a question has `ask_if`), last;
+- `done`: the JSON response without its answers (`model`, `usage`, and `skipped` and `warnings` when it has
+  them), with `request_id`, last;
 - `error`: the API's error body (`{"detail": …}`), last, when a later stage fails.
 
 The first stage is read before the response starts, so validation errors,
@@ -90,14 +91,8 @@ async def stream_decision(request: Request, run: DecisionRun, request_id: str, s
                 for chunk in stage_events(stage):
                     yield chunk
             decision = seen.decision = run.decision()
-            done: dict[str, JSONValue] = {
-                "model": decision.model,
-                "usage": dict(decision.usage),
-                "request_id": request_id,
-            }
-            if decision.skipped is not None:
-                done["skipped"] = dict(decision.skipped)
-            yield event("done", done)
+            done = {key: value for key, value in decision.to_json().items() if key != "answers"}
+            yield event("done", {**done, "request_id": request_id})
         except CanvasreadError as error:
             if error.status_code in (500, 502, 504):  # failures; 503 and 529 are load states
                 logger.error("request %s failed mid-stream with %d: %s", request_id, error.status_code, error.message)

@@ -1,6 +1,6 @@
 // Reads the answers of `POST /v1/systemone` sent with `Accept: text/event-stream` as they land.
 // `onAnswer(key, answer, stage)` runs for each answer the moment its stage is read; the promise resolves
-// to what the JSON response would have held ({model, answers, usage, and skipped when sent}), or rejects
+// to what the JSON response would have held ({model, answers, usage, and skipped and warnings when sent}), or rejects
 // with `error.body` set to the API's error body when the server ends the stream with an `error` event.
 
 function parseBlock(block) {

@@ -223,7 +223,8 @@ def _cut_warnings(pooled: PooledRequest, asked: Sequence[Question], max_len: int
                 loc: tuple[str | int, ...] = ("questions", question.key, "instructions")
                 what = "these instructions (with the answers they depend on written in)"
             else:
-                loc = ("questions", question.key, "criteria", int(text) if question.kind == "score" else text)
+                listed = isinstance(kind_of(question.kind).criteria(question), list)  # levels sit at their index
+                loc = ("questions", question.key, "criteria", int(text) if listed else text)
                 what = "this option (its name and description)"
             message = f"the embedded model reads the first {max_len} tokens of {what}; the rest was not read"
             warnings.append(InputWarning(loc, message, "truncated"))

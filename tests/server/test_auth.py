@@ -80,14 +80,14 @@ def test_the_scheme_is_case_insensitive(keyed: CliServer) -> None:
     assert response.status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/openapi.json", "/docs", "/metrics", "/no/such/route"])
+@pytest.mark.parametrize("path", ["/v1/models", "/openapi.json", "/metrics", "/no/such/route"])
 def test_every_other_route_needs_a_key(keyed: CliServer, path: str) -> None:
     assert_401(httpx.get(keyed.base + path))
     assert httpx.get(keyed.base + path, headers=bearer(KEYS[1])).status_code != 401
 
 
-@pytest.mark.parametrize("path", ["/health", "/ready", "/"])
-def test_probes_and_the_playground_page_are_public(keyed: CliServer, path: str) -> None:
+@pytest.mark.parametrize("path", ["/health", "/ready", "/", "/docs", "/static/docs.js"])
+def test_probes_and_the_playground_and_docs_pages_are_public(keyed: CliServer, path: str) -> None:
     assert httpx.get(keyed.base + path).status_code == 200
 
 

@@ -3,7 +3,10 @@ the hosted API declares them, the SDK's own examples valid, our extensions and r
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
+import json
+import re
 from typing import Any
 
 import httpx
@@ -85,6 +88,32 @@ def test_sdk_request_examples_validate_against_the_served_schema(served: dict[st
             assert request.is_valid(body), list(request.iter_errors(body))
             checked += 1
     assert checked >= 8
+
+
+def sdk_quick_start(base: str) -> Any:
+    """The Python block of the installed SDK's own README, run against `base`; returns its `response`."""
+    readme = importlib.metadata.metadata("typesafe-sdk").get_payload()  # type: ignore[attr-defined]
+    [code] = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert "TypeSafeClient()" in code
+    scope: dict[str, Any] = {}
+    exec(code.replace("TypeSafeClient()", f"TypeSafeClient(base_url={base!r}, api_key='local')"), scope)
+    return scope["response"]
+
+
+def test_request_examples_are_the_sdks_quick_start_and_each_is_answered(
+    served: dict[str, Any], sparrow_server: str
+) -> None:
+    """Swagger's "Try it out" sends the first example as it is: it is the body the SDK's README sends."""
+    content = served["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]["application/json"]
+    examples = [example["value"] for example in content["examples"].values()]
+    sent = sdk_quick_start(sparrow_server).raw_http_response.request
+    assert sent.headers["content-type"] == "application/json"
+    assert examples[0] == json.loads(sent.content)
+    request = validator(served, "SystemOneRequest")
+    for body in examples:
+        assert request.is_valid(body), list(request.iter_errors(body))
+        answered = httpx.post(sparrow_server + "/v1/systemone", json=body, timeout=30)
+        assert answered.status_code == 200 and set(answered.json()["answers"]) == set(body["questions"])
 
 
 def test_sdk_response_examples_validate_against_the_served_schema(served: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The playground page in a real headless Chromium (Debian's `chromium`, driven by Playwright).
+"""The playground page in a real headless Chromium (Debian's `chromium`, driven by Playwright; see conftest.py).
 
 Screenshots land in `artifacts/` (git-ignored) for a person to look at.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,45 +15,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from helpers import serve_app
-from playwright.sync_api import Browser, Locator, Page, Route, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Route
 
 from canvasread.backends.base import FunctionBackend, Gone, never_gone
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.types import DecisionRequest, DecisionResult, Distribution
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-# Flags that keep Chromium offline and quiet in a sandbox-less CI container.
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make install-browser` (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        # Playwright gives the browser a fresh temporary --user-data-dir and never downloads one of its own here.
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
 
 
 def open_playground(page: Page, base: str) -> None:

@@ -2,7 +2,7 @@
 
 With no keys configured every caller is let in, whatever key it sends (the
 official SDK refuses an empty key, so clients always send one). With keys,
-every route but the probes and the playground page needs
+every route but the probes and the playground and API docs pages needs
 `Authorization: Bearer <key>`; anything else is a 401 in the API's error
 shape. Keys are compared as SHA-256 digests with `hmac.compare_digest`, so
 neither a key's content nor its length leaks through timing, and they are
@@ -24,9 +24,9 @@ from canvasread.errors import Unauthorized
 from canvasread.server.responses import error_response
 
 KEYS_ENV = "CANVASREAD_API_KEYS"
-# Probes must work for orchestrators that hold no key; the playground page and Swagger UI's vendored assets
-# hold no data (the pages ask for a key).
-PUBLIC_PATHS = frozenset({"/health", "/ready", "/"})
+# Probes must work for orchestrators that hold no key; the playground and API docs pages and their assets hold no
+# data (the pages send the key the user gives the playground with what they fetch).
+PUBLIC_PATHS = frozenset({"/health", "/ready", "/", "/docs"})
 PUBLIC_PREFIXES = ("/static/", "/docs/assets/")
 # Where the middleware notes, in the request's state, whether the caller sent a known key.
 AUTHORIZED = "authorized"

@@ -33,7 +33,7 @@ _SYSTEM_ONE_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": _REQUEST_REF},
+            "application/json": {"schema": _REQUEST_REF},  # `openapi.py` adds the examples
             "multipart/form-data": {
                 "schema": {
                     "type": "object",

@@ -549,6 +549,15 @@ async function loadModels() {
   }
 }
 
+// With --api-key on, /metrics answers 401 to a plain link: fetch it with the key and show its text instead.
+async function openMetrics(event) {
+  const auth = headers();
+  if (!auth.Authorization) return; // no key given: the link itself works (keys are off) or shows the 401
+  event.preventDefault();
+  const response = await fetch("metrics", { headers: auth });
+  location.href = URL.createObjectURL(new Blob([await response.text()], { type: "text/plain" }));
+}
+
 const kindsRefused = (error) => showError("Could not read the question kinds", [{ text: error.message }]);
 
 function start() {
@@ -564,6 +573,7 @@ function start() {
   examples.replaceChildren(...EXAMPLES.map((example, index) => el("option", { value: String(index) }, example.name)));
   examples.addEventListener("change", () => loadExample(EXAMPLES[Number(examples.value)]));
   $("#send").addEventListener("click", send);
+  $('nav a[href="metrics"]').addEventListener("click", openMetrics);
   document.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) send();
   });

@@ -22,10 +22,14 @@ import uvicorn
 from fastapi import FastAPI
 
 from canvasread.backends.base import FunctionBackend, never_gone
+from canvasread.canvas.backend import CanvasBackend, CanvasRuntime
 from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
+from canvasread.canvas.vllm.reader import VllmReader
+from canvasread.decide import Decider
 from canvasread.server.run import uvicorn_config
 from canvasread.settings import ServerSettings
 from canvasread.types import DecisionRequest
+from canvasread.upstream.pool import UpstreamPool
 
 
 def free_port() -> int:
@@ -156,6 +160,27 @@ def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str =
 
 
 # ---- backends that answer on cue ---------------------------------------------------------------
+
+
+def canvas_backend(decider: Decider, index: int = 0) -> CanvasBackend:
+    """The decider's `index`-th served model's backend, which must be a canvas backend."""
+    backend = decider.served[index].backend
+    assert isinstance(backend, CanvasBackend), f"{backend!r} is not a canvas backend"
+    return backend
+
+
+def loaded_runtime(backend: CanvasBackend) -> CanvasRuntime:
+    """The backend's runtime (its reader, tokenizer and sizes), which must have loaded."""
+    runtime = backend.runtime
+    assert runtime is not None, "the backend has not loaded"
+    return runtime
+
+
+def upstream_pool(backend: CanvasBackend) -> UpstreamPool:
+    """The upstream pool a vLLM wing's loaded backend reads through."""
+    reader = loaded_runtime(backend).reader
+    assert isinstance(reader, VllmReader), f"{reader!r} does not read through vLLM"
+    return reader.pool
 
 
 def even(request: DecisionRequest) -> list[list[float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import canvasread.canvas.vllm.pool  # noqa: F401  (defines the upstream errors)
+import canvasread.upstream.pool  # noqa: F401  (defines the upstream errors)
 from canvasread.errors import (
     CalibrationMismatch,
     CanvasreadError,

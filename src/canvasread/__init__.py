@@ -12,7 +12,7 @@ from canvasread.backends.base import Backend, FunctionBackend
 from canvasread.batching import BatchSettings
 from canvasread.calibration import Calibration
 from canvasread.canvas.engine.settings import EngineSettings
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider, DeciderSettings, Decision
 from canvasread.errors import (
@@ -46,6 +46,7 @@ from canvasread.types import (
     RequestOptions,
     Usage,
 )
+from canvasread.upstream.settings import UpstreamSettings
 from canvasread.wire import parse_request
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "UpstreamFailure",
     "UpstreamSettings",
     "Usage",
+    "VllmSettings",
     "__version__",
     "open_decider",
     "parse_request",

@@ -1,15 +1,19 @@
-"""Which backends serve a `--model` string: embedded sparrow models, DiffusionGemma checkpoints, vLLM upstreams.
+"""Which backends serve a `--model` string (embedded sparrow models, DiffusionGemma checkpoints), and the wings.
 
-`open_decider` is the library's entry point: model strings in, a loaded
-`Decider` out. The heavy wings (torch, transformers) are imported only when a
-model needs them, so the base install serves the embedded default without them.
+`open_decider` is the library's entry point: model strings and wings in, a
+loaded `Decider` out. A *wing* is another way to execute reads (the vLLM
+wing: `VllmSettings`), given as its settings, which build its own backends,
+as an httpx `Client` takes its transport. The heavy wings (torch,
+transformers) are imported only when a model needs them, so the base install
+serves the embedded default without them.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, SparrowLimits, is_sparrow_model
@@ -18,8 +22,17 @@ from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
 from canvasread.errors import MissingExtra, ModelNotFound, NotReady
 
-if TYPE_CHECKING:
-    from canvasread.canvas.vllm.settings import UpstreamSettings
+
+class Wing(Protocol):
+    """An execution wing's settings: where its models run and how to reach them, and the backends they build.
+
+    Contract for `backends(reading)`: cheap and contacts nothing (each backend loads, connects and waits in its
+    own `load()`, behind the open port); raises `MissingExtra` when the wing needs a package that is not
+    installed, and `ValueError` for settings that can never work. `reading` is the server's read settings, which
+    every canvas wing reads with (a wing that reads no canvas ignores them).
+    """
+
+    def backends(self, reading: ReadSettings) -> list[AnyBackend]: ...
 
 
 def _sparrow(spec: str, limits: SparrowLimits) -> SparrowBackend:
@@ -70,30 +83,23 @@ def backends_for(
     return checkpoint_backends(spec, engine, reading)
 
 
-def upstream_backends(settings: UpstreamSettings, reading: ReadSettings = ReadSettings()) -> list[AnyBackend]:
-    """DiffusionGemma served by vLLM, read through its OpenAI-compatible API (needs only the tokenizer here)."""
-    if importlib.util.find_spec("transformers") is None:
-        raise MissingExtra("reading through vLLM needs the model's tokenizer: pip install 'canvasread[upstream]'")
-    from canvasread.canvas.vllm.factory import canvas_backend_for_upstream
-
-    return [canvas_backend_for_upstream(settings, reading)]
-
-
 def open_decider(
-    models: tuple[str, ...] = (DEFAULT_SPARROW_MODEL,),
+    models: Sequence[str] = (DEFAULT_SPARROW_MODEL,),
     settings: DeciderSettings = DeciderSettings(),
-    engine: EngineSettings = EngineSettings(),
     *,
-    load: bool = True,
-    upstream: UpstreamSettings | None = None,
+    wings: Sequence[Wing] = (),
+    engine: EngineSettings = EngineSettings(),
     reading: ReadSettings = ReadSettings(),
     sparrow: SparrowLimits = SparrowLimits(),
+    load: bool = True,
 ) -> Decider:
-    """Build a `Decider` for the given models (the first is the default) and, by default, load them now.
+    """Build a `Decider` for the wings' models and then `models` (the first is the default) and, by default, load.
 
-    With `upstream`, the vLLM-served model comes first (the default), before `models`.
+    `models` are sparrow names (read within `sparrow`'s limits) and DiffusionGemma checkpoints (read in process
+    with `engine`); each wing builds
+    its own backends (`VllmSettings(urls=..., tokenizer=...)`: DiffusionGemma served by vLLM).
     """
-    served = upstream_backends(upstream, reading) if upstream is not None else []
+    served = [backend for wing in wings for backend in wing.backends(reading)]
     backends = [backend for spec in models for backend in backends_for(spec, engine, reading, sparrow)]
     decider = Decider([*served, *backends], settings)
     if load:

@@ -10,10 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import generation_path_logprobs, png
+from helpers import canvas_backend, generation_path_logprobs, png
 from typesafe_sdk import Box, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
-from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.readout import slot_reading
 from canvasread.decide import Decider
@@ -43,14 +42,8 @@ def box_request(state: str = "Photo: <image:1>", images: int = 1, **extensions: 
     }
 
 
-def backend_of(decider: Decider) -> CanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
-    return backend
-
-
 def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
+    backend = canvas_backend(tiny_decider)
     runtime = backend._runtime
     assert runtime is not None
     job = backend.prepare(parse_request(box_request())[1])
@@ -71,7 +64,7 @@ def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -
 def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Decider) -> None:
     """Every digit slot is read at the right place with the image in the prompt (as transformers' generation path
     reads it); the edges are their product."""
-    backend = backend_of(tiny_decider)
+    backend = canvas_backend(tiny_decider)
     runtime = backend._runtime
     assert runtime is not None
     runner = runtime.reader.runner  # type: ignore[attr-defined]
@@ -125,12 +118,12 @@ def test_models_that_cannot_see_refuse_a_box_at_the_question(sparrow_server: str
 
 def test_the_vllm_proxy_refuses_a_box_at_the_question(tiny_checkpoint: Path) -> None:
     """The proxy reads text only; the refusal comes before anything is sent upstream (nothing listens here)."""
-    from canvasread.canvas.vllm.settings import UpstreamSettings
+    from canvasread.canvas.vllm.settings import VllmSettings
     from canvasread.catalog import open_decider
     from canvasread.errors import InvalidRequest
 
-    upstream = UpstreamSettings(urls=("http://127.0.0.1:9",), tokenizer=str(tiny_checkpoint), canvas_length=256)
-    proxy = open_decider((), upstream=upstream, load=False)
+    upstream = VllmSettings(urls=("http://127.0.0.1:9",), tokenizer=str(tiny_checkpoint), canvas_length=256)
+    proxy = open_decider((), wings=[upstream], load=False)
     proxy.served[0].loaded.set()  # the capability check comes before any read, so no upstream is needed
     with pytest.raises(InvalidRequest) as caught:
         proxy.decide_now(*parse_request(box_request()))

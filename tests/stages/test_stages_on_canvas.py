@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RecordingReader
+from helpers import RecordingReader, canvas_backend
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.tokenizer import Tokenizer
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.wire import parse_request
@@ -42,12 +41,6 @@ ALONE = {
 }
 
 
-def canvas_backend(decider: Decider) -> CanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
-    return backend
-
-
 @pytest.fixture(scope="module")
 def recorded(tiny_decider: Decider) -> tuple[Decider, RecordingReader, Tokenizer]:
     """The tiny checkpoint's loaded engine behind a reader that records what it reads."""
@@ -65,11 +58,10 @@ def proxy(tiny_wide_checkpoint: Path) -> Iterator[tuple[Decider, Standin]]:
     """Through the stand-in on the wide-window checkpoint, where vLLM's and transformers' windows agree."""
     served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(served) as base:
-        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
-        decider = open_decider((), upstream=upstream)
+        upstream = VllmSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
+        decider = open_decider((), wings=[upstream])
         yield decider, served
-        backend = decider.served[0].backend
-        assert isinstance(backend, UpstreamCanvasBackend)
+        backend = canvas_backend(decider)
         backend.close()
 
 

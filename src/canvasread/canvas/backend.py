@@ -70,7 +70,12 @@ class ReadSettings:
 
 @dataclass(frozen=True)
 class CanvasRuntime:
-    """What `load()` produces: how to read (and think, when the runtime can), how to tokenize, the model's sizes."""
+    """What `load()` produces: how to read (and think, when the runtime can), how to tokenize, the model's sizes.
+
+    `health` says why the runtime cannot answer now (None: it can), for a runtime that can lose what it reads
+    through (the vLLM wing's upstreams); it is called on the event loop, so it returns a flag, never blocks.
+    `close` stops what the runtime started (threads, connections), for tests and embedders.
+    """
 
     reader: Reader
     tokenizer: Tokenizer
@@ -79,6 +84,8 @@ class CanvasRuntime:
     fingerprint: str
     images: ImageTokens | None = None
     thinker: Thinker | None = None
+    health: Callable[[], str | None] | None = None
+    close: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,22 @@ class CanvasBackend:
     @property
     def card(self) -> ModelCard:
         return self._card
+
+    @property
+    def runtime(self) -> CanvasRuntime | None:
+        """What `load()` produced (None before it): the reader, tokenizer and sizes the backend reads with."""
+        return self._runtime
+
+    def health_problem(self) -> str | None:
+        """The runtime's own health, where it reports one (see `ReportsHealth`); None before `load()`."""
+        runtime = self._runtime
+        return runtime.health() if runtime is not None and runtime.health is not None else None
+
+    def close(self) -> None:
+        """Stop what the runtime started, where it started anything (tests and embedders; the server just exits)."""
+        runtime = self._runtime
+        if runtime is not None and runtime.close is not None:
+            runtime.close()
 
     @property
     def fingerprint(self) -> str | None:

@@ -50,14 +50,14 @@ def serve(
     models: ModelFlags, upstream: UpstreamFlags, batching: BatchFlags, server: ServerFlags, limits: LimitFlags
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
-    upstream_settings = upstream.settings()
+    wings = upstream.wings()
     settings = batching.settings(models.aliases())
     decider = open_decider(
-        models.specs(upstream_settings),
+        models.specs(wings),
         settings,
-        models.engine(),
+        wings=wings,
+        engine=models.engine(),
         load=False,
-        upstream=upstream_settings,
         reading=models.reading(),
         sparrow=limits.sparrow(),
     )

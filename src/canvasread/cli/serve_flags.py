@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +14,8 @@ from canvasread.batching import BatchSettings
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, LAYOUTS, layout_named
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
+from canvasread.catalog import Wing
 from canvasread.decide import DeciderSettings
 from canvasread.settings import ImageLimits, LogFormat, ServerSettings
 
@@ -279,9 +281,9 @@ class ModelFlags:
     layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
 
-    def specs(self, upstream: UpstreamSettings | None) -> tuple[str, ...]:
-        """The models to serve beside the upstream one: the embedded default when nothing is named."""
-        return tuple(self.model or (() if upstream else (DEFAULT_SPARROW_MODEL,)))
+    def specs(self, wings: Sequence[Wing]) -> tuple[str, ...]:
+        """The models to serve beside the wings' ones: the embedded default when nothing is named."""
+        return tuple(self.model or (() if wings else (DEFAULT_SPARROW_MODEL,)))
 
     def aliases(self) -> tuple[tuple[str, str], ...]:
         """--alias NAME=MODEL pairs, checked for shape here and for meaning by `DeciderSettings` and the decider."""
@@ -314,19 +316,19 @@ class UpstreamFlags:
     """Where vLLM runs and how to talk to it."""
 
     upstream: Upstreams = None
-    upstream_model: UpstreamModel = UpstreamSettings.model
+    upstream_model: UpstreamModel = VllmSettings.model
     tokenizer: Tokenizer = None
-    upstream_canvas_length: CanvasLength = UpstreamSettings.canvas_length
-    upstream_max_model_len: MaxModelLen = UpstreamSettings.max_model_len
-    upstream_timeout: UpstreamTimeout = UpstreamSettings.timeout_s
-    upstream_concurrency: UpstreamConcurrency = UpstreamSettings.concurrency
+    upstream_canvas_length: CanvasLength = VllmSettings.canvas_length
+    upstream_max_model_len: MaxModelLen = VllmSettings.max_model_len
+    upstream_timeout: UpstreamTimeout = VllmSettings.timeout_s
+    upstream_concurrency: UpstreamConcurrency = VllmSettings.concurrency
     upstream_api_key: UpstreamApiKey = None
 
-    def settings(self) -> UpstreamSettings | None:
-        """None without --upstream (the other flags of the group are then unused)."""
+    def wings(self) -> list[Wing]:
+        """The vLLM wing, or none without --upstream (the other flags of the group are then unused)."""
         if not self.upstream:
-            return None
-        return UpstreamSettings(
+            return []
+        vllm = VllmSettings(
             urls=tuple(self.upstream),
             tokenizer=self.tokenizer or "",
             model=self.upstream_model,
@@ -336,6 +338,7 @@ class UpstreamFlags:
             concurrency=self.upstream_concurrency,
             api_key=self.upstream_api_key,
         )
+        return [vllm]
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import eventually, free_port, serve_cli, wait_until
+from helpers import canvas_backend, eventually, free_port, serve_cli, upstream_pool, wait_until
 from vllm_standin import load_standin, running
 
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
-from canvasread.canvas.vllm.pool import UpstreamUnavailable
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
+from canvasread.upstream.pool import UpstreamUnavailable
 
 STANDIN = Path(__file__).parents[2] / "vllm_standin.py"
 QUESTIONS = {
@@ -49,16 +48,10 @@ def expected_answers(tiny_wide_decider: Decider, seeds: range) -> dict[int, list
 
 
 def proxy_over(urls: tuple[str, ...], tiny_wide_checkpoint: Path, timeout_s: float = 30.0) -> Decider:
-    settings = UpstreamSettings(
+    settings = VllmSettings(
         urls=urls, tokenizer=str(tiny_wide_checkpoint), canvas_length=256, timeout_s=timeout_s, probe_interval_s=0.2
     )
-    return open_decider((), upstream=settings)
-
-
-def backend_of(decider: Decider) -> UpstreamCanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
-    return backend
+    return open_decider((), wings=[settings])
 
 
 @contextlib.contextmanager
@@ -116,7 +109,7 @@ def test_a_failed_upstream_is_probed_until_it_is_back(tiny_wide_checkpoint: Path
         with running(first) as first_url:
             port = int(first_url.rsplit(":", 1)[1])
             decider = proxy_over((first_url, second_url), tiny_wide_checkpoint)
-            pool = backend_of(decider).pool
+            pool = upstream_pool(canvas_backend(decider))
             eventually(lambda: all(u.healthy for u in pool.upstreams), timeout=30)
             for seed in range(4):
                 decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)
@@ -134,7 +127,7 @@ def test_a_failed_upstream_is_probed_until_it_is_back(tiny_wide_checkpoint: Path
                     decider.ask(STATE, QUESTIONS, seed=seed, **ONE_READ)
                 assert len(first.requests) > before, "the upstream is back in rotation"
         finally:
-            backend_of(decider).close()
+            canvas_backend(decider).close()
 
 
 def test_a_stuck_upstream_costs_one_timeout_then_fails_over(
@@ -157,8 +150,8 @@ def test_a_stuck_upstream_costs_one_timeout_then_fails_over(
                 alone.ask(STATE, QUESTIONS, seed=0, **ONE_READ)
             assert failure.value.status_code == 503 and "ReadTimeout" in failure.value.message
         finally:
-            backend_of(decider).close()
-            backend_of(alone).close()
+            canvas_backend(decider).close()
+            canvas_backend(alone).close()
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import serve_app
+from helpers import canvas_backend, serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
@@ -22,8 +22,7 @@ from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.layouts import layout_named
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.prompt import THOUGHT_BLOCK
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.cli import app as cli_app
 from canvasread.decide import Decider
@@ -94,15 +93,12 @@ def standin(tiny_wide_checkpoint: Path) -> Iterator[tuple[str, Standin]]:
 
 def proxy_for(base: str, tiny_wide_checkpoint: Path, *, load: bool = True, layout: str = "default") -> Decider:
     """The library equivalent of `serve --upstream BASE --tokenizer TINY --upstream-canvas-length 256 --layout L`."""
-    upstream = UpstreamSettings(
-        urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2
-    )
-    return open_decider((), upstream=upstream, load=load, reading=ReadSettings(layout=layout_named(layout)))
+    upstream = VllmSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2)
+    return open_decider((), wings=[upstream], load=load, reading=ReadSettings(layout=layout_named(layout)))
 
 
 def close(decider: Decider) -> None:
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
+    backend = canvas_backend(decider)
     backend.close()
 
 
@@ -111,12 +107,6 @@ def proxy(standin: tuple[str, Standin], tiny_wide_checkpoint: Path) -> Iterator[
     decider = proxy_for(standin[0], tiny_wide_checkpoint)
     yield decider
     close(decider)
-
-
-def backend_of(decider: Decider) -> UpstreamCanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
-    return backend
 
 
 @pytest.mark.parametrize(
@@ -184,7 +174,7 @@ def read_requests(
     proxy: Decider, served: Standin, questions: dict[str, Any], **extensions: Any
 ) -> tuple[CanvasJob, list[dict[str, Any]]]:
     """Decide one request through the backend; the job and every request it sent upstream."""
-    backend = backend_of(proxy)
+    backend = canvas_backend(proxy)
     job = backend.prepare(parse_request({"model": "dgemma", "state": STATE, "questions": questions, **extensions})[1])
     before = len(served.requests)
     backend.decide([job])
@@ -224,7 +214,7 @@ def test_requests_carry_vllms_fields_and_the_planned_canvases(
 ) -> None:
     job, sent = read_requests(proxy, standin[1], questions, seed=5, samples=samples)
     assert len(job.plan.canvases) >= canvases
-    runtime = backend_of(proxy)._runtime
+    runtime = canvas_backend(proxy)._runtime
     assert runtime is not None
     vocab = runtime.tokenizer.vocab_size
     expected = {
@@ -478,7 +468,7 @@ def test_a_blank_read_asks_the_states_ids_in_groups_of_at_most_128(
     proxy: Decider, standin: tuple[str, Standin]
 ) -> None:
     """vLLM takes at most 128 logprob_token_ids a request: one blank read is split over identical requests."""
-    backend = backend_of(proxy)
+    backend = canvas_backend(proxy)
     request = {"model": "dgemma", "state": SPAN_STATE, "questions": {"who": SPAN_QUESTIONS["who"]}, "seed": 2}
     job = backend.prepare(parse_request({**request, "samples": 1})[1])
     before = len(standin[1].requests)

@@ -8,7 +8,6 @@ from typing import Any, cast
 import pytest
 
 from canvasread.canvas.reader import CanvasRead, Slot
-from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.canvas.vllm.reader import (
     NEUTRAL_SAMPLING,
     VllmReader,
@@ -18,6 +17,7 @@ from canvasread.canvas.vllm.reader import (
     logprob_rows,
 )
 from canvasread.errors import UpstreamFailure
+from canvasread.upstream.pool import UpstreamPool
 
 
 def test_shared_label_ids_are_asked_once_and_groups_respect_the_cap() -> None:

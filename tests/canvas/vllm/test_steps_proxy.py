@@ -8,12 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import canvas_backend
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.reader import CanvasRead, Slot
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
 from canvasread.canvas.vllm.reader import completion_body
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
@@ -31,18 +31,16 @@ QUESTIONS: dict[str, Any] = {
 def upstream(tiny_wide_checkpoint: Path) -> Iterator[tuple[Decider, Standin, str]]:
     served = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(served) as base:
-        settings = UpstreamSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
-        decider = open_decider((), upstream=settings)
+        settings = VllmSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
+        decider = open_decider((), wings=[settings])
         yield decider, served, base
-        backend = decider.served[0].backend
-        assert isinstance(backend, UpstreamCanvasBackend)
+        backend = canvas_backend(decider)
         backend.close()
 
 
 def test_steps_reach_vllm_as_max_steps_with_every_other_position_pinned(upstream: tuple[Decider, Standin, str]) -> None:
     decider, standin, _ = upstream
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
+    backend = canvas_backend(decider)
     body = {"seed": 4, "samples": 1, "diagnostics": True}
     job = backend.prepare(parse_request({"model": "dgemma", "state": STATE, "questions": QUESTIONS, "steps": 3})[1])
     before = len(standin.requests)

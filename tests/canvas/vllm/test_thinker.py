@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import canvas_backend
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest
@@ -40,11 +40,10 @@ def proxy(tiny_thinking_checkpoint: Path) -> Iterator[tuple[Decider, Standin]]:
     """`serve --upstream STANDIN --tokenizer CHECKPOINT --upstream-canvas-length 32`, as a library decider."""
     served = load_standin(str(tiny_thinking_checkpoint), served_name="dgemma")
     with running(served) as base:
-        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_thinking_checkpoint), canvas_length=32)
-        decider = open_decider((), upstream=upstream)
+        upstream = VllmSettings(urls=(base,), tokenizer=str(tiny_thinking_checkpoint), canvas_length=32)
+        decider = open_decider((), wings=[upstream])
         yield decider, served
-        backend = decider.served[0].backend
-        assert isinstance(backend, UpstreamCanvasBackend)
+        backend = canvas_backend(decider)
         backend.close()
 
 
@@ -86,8 +85,7 @@ def test_a_thought_past_the_context_is_refused_before_anything_is_sent(proxy: tu
 
 def test_no_thought_is_sent_for_a_caller_already_gone(proxy: tuple[Decider, Standin]) -> None:
     decider, served = proxy
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
+    backend = canvas_backend(decider)
     _, request = parse_request({"model": "dgemma", "state": STATE, "questions": QUESTIONS, "think": 8})
     before = len(served.requests)
     assert backend.decide([backend.prepare(request)], gone=lambda _: True) == [None]

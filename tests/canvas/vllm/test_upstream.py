@@ -9,20 +9,19 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import serve_app
+from helpers import canvas_backend, serve_app, upstream_pool
 from typer.main import get_command
 from vllm_standin import LOGPROB_FLOOR, load_standin, running
 
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.layouts import layout_named
-from canvasread.canvas.vllm.factory import UpstreamCanvasBackend
-from canvasread.canvas.vllm.pool import UpstreamUnavailable
-from canvasread.canvas.vllm.settings import UpstreamSettings
+from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
 from canvasread.cli import app as cli_app
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
 from canvasread.settings import ServerSettings
+from canvasread.upstream.pool import UpstreamUnavailable
 
 STATE = "I was charged twice for order 1182. I want my money back!"
 QUESTIONS = {
@@ -52,16 +51,10 @@ def raw_read(**change: Any) -> dict[str, Any]:
 
 
 def proxy_for(urls: tuple[str, ...], tiny_wide_checkpoint: Path, **settings: Any) -> Decider:
-    upstream = UpstreamSettings(
+    upstream = VllmSettings(
         urls=urls, tokenizer=str(tiny_wide_checkpoint), canvas_length=256, probe_interval_s=0.2, **settings
     )
-    return open_decider((), upstream=upstream, load=False)
-
-
-def backend_of(decider: Decider) -> UpstreamCanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, UpstreamCanvasBackend)
-    return backend
+    return open_decider((), wings=[upstream], load=False)
 
 
 def ask(base: str, **extensions: Any) -> httpx.Response:
@@ -95,7 +88,7 @@ def test_generation_defaults_do_not_reach_the_proxys_reads(
             with serve_app(create_app(decider, ServerSettings())) as server:
                 remote = ask(server)
         finally:
-            backend_of(decider).close()
+            canvas_backend(decider).close()
     assert remote.status_code == 200, remote.text
     local = tiny_wide_decider.ask(STATE, QUESTIONS, seed=4, samples=1)
     assert remote.json()["answers"]["refund"]["noul"] == pytest.approx(local["answers"]["refund"]["noul"], abs=1e-5)  # type: ignore[index]
@@ -118,20 +111,20 @@ def test_the_upstream_api_key_goes_on_every_call_and_never_into_logs(
     with running(served) as base:
         assert httpx.get(base + "/v1/models", timeout=10).status_code == 401
         assert httpx.get(base + "/health", timeout=10).status_code == 200
-        keyless = backend_of(proxy_for((base,), tiny_wide_checkpoint, startup_timeout_s=3.0))
+        keyless = canvas_backend(proxy_for((base,), tiny_wide_checkpoint, startup_timeout_s=3.0))
         try:
             with pytest.raises(UpstreamUnavailable) as refused:
                 keyless.load()
         finally:
             keyless.close()
-        settings_repr = repr(UpstreamSettings(urls=(base,), tokenizer="t", api_key=KEY))
+        settings_repr = repr(VllmSettings(urls=(base,), tokenizer="t", api_key=KEY))
         before = len(served.headers)
         keyed = proxy_for((base,), tiny_wide_checkpoint, api_key=KEY)
         try:
             with serve_app(create_app(keyed, ServerSettings())) as server:
                 answered = ask(server)
         finally:
-            backend_of(keyed).close()
+            canvas_backend(keyed).close()
     assert "--upstream-api-key" in refused.value.message
     assert answered.status_code == 200, answered.text
     calls = served.headers[before:]
@@ -145,12 +138,12 @@ def test_a_full_queue_is_retried_elsewhere_without_taking_the_upstream_out(tiny_
     free = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
     with running(full) as full_url, running(free) as free_url:
         decider = proxy_for((full_url, free_url), tiny_wide_checkpoint)
-        backend = backend_of(decider)
+        backend = canvas_backend(decider)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
                 replies = [ask(server, seed=seed) for seed in range(3)]
                 counters = backend.counters()
-                healthy = [u.healthy for u in backend.pool.upstreams]
+                healthy = [u.healthy for u in upstream_pool(backend).upstreams]
         finally:
             backend.close()
     assert [r.status_code for r in replies] == [200, 200, 200]
@@ -163,7 +156,7 @@ def test_every_upstream_full_is_a_529_with_a_retry_hint(tiny_wide_checkpoint: Pa
     full = load_standin(str(tiny_wide_checkpoint), served_name="dgemma", max_num_queued_reqs=0)
     with running(full) as base:
         decider = proxy_for((base,), tiny_wide_checkpoint)
-        backend = backend_of(decider)
+        backend = canvas_backend(decider)
         try:
             with serve_app(create_app(decider, ServerSettings())) as server:
                 reply = ask(server)
@@ -191,12 +184,12 @@ def test_every_layout_reads_the_same_through_vllm_and_in_process(tiny_wide_check
     reading = ReadSettings(layout=layout_named(layout))
     local = open_decider((str(tiny_wide_checkpoint),), reading=reading)
     with running(load_standin(str(tiny_wide_checkpoint), served_name="dgemma")) as base:
-        upstream = UpstreamSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
-        remote = open_decider((), upstream=upstream, reading=reading)
+        upstream = VllmSettings(urls=(base,), tokenizer=str(tiny_wide_checkpoint), canvas_length=256)
+        remote = open_decider((), wings=[upstream], reading=reading)
         try:
             got = remote.ask(STATE, QUESTIONS, seed=5, samples=1, diagnostics=True)["answers"]
         finally:
-            backend_of(remote).close()
+            canvas_backend(remote).close()
     want = local.ask(STATE, QUESTIONS, seed=5, samples=1, diagnostics=True)["answers"]
     assert got["refund"]["diagnostics"]["layout"] == layout  # type: ignore[index]
     assert got["refund"]["noul"] == pytest.approx(want["refund"]["noul"], abs=1e-5)  # type: ignore[index]

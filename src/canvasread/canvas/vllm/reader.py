@@ -62,8 +62,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
-from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.errors import UpstreamFailure
+from canvasread.upstream.pool import UpstreamPool
 
 COMPLETIONS_PATH = "/v1/completions"
 # vLLM's `MAX_LOGPROB_TOKEN_IDS`: a read whose slots need more label ids is split over several requests.
@@ -168,8 +168,8 @@ class VllmReader:
         return {"reads": float(self._reads), **self.pool.counters()}
 
     def close(self) -> None:
+        """Stop the request threads (the pool is the runtime's, closed after them)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
-        self.pool.close()
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         requests = [(r, ids) for r, read in enumerate(reads) for ids in label_id_groups(read.slots)]

@@ -1,59 +1,59 @@
-"""`UpstreamSettings`: how canvasread reaches vLLM (the `serve --upstream…` flags), checked when built."""
+"""`VllmSettings`: the vLLM wing's settings (the `serve --upstream…` and `--tokenizer` flags), and vLLM's dialect.
+
+They extend the upstream settings every HTTP wing shares (`canvasread.upstream.settings`) with what reading a
+canvas through vLLM needs, and build the wing's backend (`backends`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from canvasread.canvas.vllm.pool import DEFAULT_PROBE_INTERVAL_S
+from canvasread.upstream.pool import Dialect, UpstreamModel
+from canvasread.upstream.settings import UpstreamSettings
+
+if TYPE_CHECKING:
+    from canvasread.backends.base import AnyBackend
+    from canvasread.canvas.backend import ReadSettings
 
 # The canvas the documented vLLM recipe serves (`--diffusion-config '{"canvas_length": 64}'`): room for ~12
 # answer lines per canvas, and a small self-conditioning buffer per sequence on the GPU.
 DEFAULT_CANVAS_LENGTH = 64
-# Per upstream call; a read takes milliseconds, so this only bounds a stuck upstream before failing over.
-DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
-# Requests in flight at once from one batch: enough to fill vLLM's running batch (`--max-num-seqs`) twice over.
-DEFAULT_UPSTREAM_CONCURRENCY = 64
 
 
-@dataclass(frozen=True)
-class UpstreamSettings:
-    """How canvasread reaches vLLM (the `serve --upstream…` flags), checked when built."""
+def served_by_vllm(listing: Any, model: str) -> UpstreamModel | None:
+    """`model` in vLLM's `/v1/models` (OpenAI's list: `data[].id`, with the checkpoint as `root` and its
+    `max_model_len`), or None when it is not served."""
+    for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            length = entry.get("max_model_len")
+            return UpstreamModel(str(entry.get("root") or model), length if isinstance(length, int) else None)
+    return None
 
-    urls: tuple[str, ...]
+
+# vLLM's `/health` and `/v1/models`; its admission control answers 503 when its queue is full.
+VLLM = Dialect(served=served_by_vllm, key_flag="--upstream-api-key")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmSettings(UpstreamSettings):
+    """DiffusionGemma served by vLLM: where (the upstream settings), its tokenizer, the canvas it serves."""
+
     tokenizer: str
-    model: str = "dgemma"
     canvas_length: int = DEFAULT_CANVAS_LENGTH
     max_model_len: int | None = None
-    timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S
-    concurrency: int = DEFAULT_UPSTREAM_CONCURRENCY
-    probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
-    startup_timeout_s: float | None = None
-    # vLLM's `--api-key`, sent as a Bearer token on every call; kept out of repr so it is never logged.
-    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.urls:
-            raise ValueError("give at least one --upstream URL")
-        for url in self.urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"--upstream {url!r} is not an http(s) URL such as http://vllm:8000")
-        if len(set(self.urls)) != len(self.urls):
-            raise ValueError("an --upstream URL is given twice")
+        super().__post_init__()
         if not self.tokenizer:
             raise ValueError("--upstream needs --tokenizer: the model's tokenizer folder or hub id")
-        if not self.model:
-            raise ValueError("--upstream-model must name the model vLLM serves")
         if self.canvas_length < 16:
             raise ValueError("--upstream-canvas-length must be at least 16 (vLLM's --diffusion-config canvas_length)")
         if self.max_model_len is not None and self.max_model_len <= self.canvas_length:
             raise ValueError("--upstream-max-model-len must exceed the canvas length")
-        if self.timeout_s <= 0:
-            raise ValueError("--upstream-timeout must be positive")
-        if self.probe_interval_s <= 0:
-            raise ValueError("the upstream probe interval must be positive")
-        if self.api_key is not None and (not self.api_key or any(c.isspace() for c in self.api_key)):
-            raise ValueError("--upstream-api-key must be a non-empty key without spaces")
-        if self.concurrency < 1:
-            raise ValueError("--upstream-concurrency must be at least 1")
+
+    def backends(self, reading: ReadSettings) -> list[AnyBackend]:
+        """The wing's one backend (`canvas.vllm.factory`): nothing is loaded or contacted until it loads."""
+        from canvasread.canvas.vllm.factory import vllm_backend
+
+        return [vllm_backend(self, reading)]

@@ -38,9 +38,9 @@ from typing import Any
 
 from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
-from canvasread.canvas.vllm.pool import UpstreamPool
 from canvasread.canvas.vllm.reader import COMPLETIONS_PATH, NEUTRAL_SAMPLING
 from canvasread.errors import UpstreamFailure
+from canvasread.upstream.pool import UpstreamPool
 
 
 def generation_body(model: str, request: ThoughtRequest) -> dict[str, Any]:

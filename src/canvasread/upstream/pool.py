@@ -1,16 +1,20 @@
-"""A pool of vLLM upstreams: least-loaded choice, failover, and health probing until a failed one is back.
+"""A pool of upstream servers that one HTTP wing reads: least-loaded choice, failover, health probing, overload.
 
-Every request goes to the healthy upstream with the fewest requests in flight
-from this process. A connection error, a timeout or a 5xx other than 503
-takes that upstream out and the request is retried on another one (a canvas
-read is read-only and seeded, so sending it twice is harmless); a 4xx or a
-malformed answer is the request's own problem and becomes a 502 at once.
-A 503 is vLLM's admission control saying its queue is full (`QueueOverflowError`,
-`MaxQueuedTokensError`): overload, not a fault. The upstream stays in, the
-request tries the others, and once every healthy upstream has said "full" it
-waits a short, growing backoff and tries them again; when they are still full
-it fails with `UpstreamBusy` (529 with a retry hint). A prober thread per upstream
-checks its `/health` (and once, `/v1/models`, to see that it serves the model)
+Every HTTP wing (the vLLM wing; any wing that reads another inference server)
+sends its requests through one `UpstreamPool`, told what its servers speak by
+a `Dialect` (where they report health and the models they serve, which status
+means "queue full"). Every request goes to the healthy upstream with the
+fewest requests in flight from this process. A connection error, a timeout or
+a 5xx that is not the dialect's "busy" takes that upstream out and the request
+is retried on another one (a wing sends only requests that are safe to send
+twice: a canvas read is read-only and seeded); a 4xx or a malformed answer is
+the request's own problem and becomes a 502 at once. A busy status (vLLM's
+503 from its admission control, `QueueOverflowError`, `MaxQueuedTokensError`)
+is overload, not a fault: the upstream stays in, the request tries the others,
+and once every healthy upstream has said "full" it waits a short, growing
+backoff and tries them again; when they are still full it fails with
+`UpstreamBusy` (529 with a retry hint). A prober thread per upstream checks its
+health path (and once, its models path, to see that it serves the model)
 every few seconds, so a failed upstream comes back as soon as it answers, and
 `health_problem()` tells `/ready` whether any upstream can answer now.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +46,7 @@ DEFAULT_PROBE_INTERVAL_S = 2.0
 PROBE_TIMEOUT_S = 5.0
 # Connecting takes milliseconds on a working network; waiting longer only delays the failover.
 CONNECT_TIMEOUT_S = 5.0
-# Waits between rounds over upstreams that all answered 503 "full": a vLLM queue drains in tens of milliseconds
+# Waits between rounds over upstreams that all answered "full" (busy): a vLLM queue drains in tens of milliseconds
 # per batch, so three short rounds ride out a burst, and a longer overload reaches the client as a 529 quickly.
 BUSY_BACKOFF_S = (0.05, 0.2, 0.5)
 # The retry hint of a 529 when every upstream stayed full: about one more backoff round.
@@ -64,15 +68,32 @@ class UpstreamUnavailable(UpstreamFailure):
 
 @dataclass(frozen=True)
 class UpstreamModel:
-    """What an upstream's `/v1/models` says about the served model: its checkpoint and context length."""
+    """What an upstream's models listing says about the served model: the weights it loaded (`root`, compared
+    across peers) and its context length, where it says."""
 
     root: str
     max_model_len: int | None
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """What the servers of one wing speak, as far as the pool cares.
+
+    `served(listing, model)` finds `model` in the JSON a `GET models_path` answered (None: not served there);
+    `busy` are the statuses that mean "my queue is full" (overload, retried after a backoff, never a fault);
+    `key_flag` is what the operator sets when an upstream wants an API key.
+    """
+
+    served: Callable[[Any, str], UpstreamModel | None]
+    key_flag: str
+    health_path: str = "/health"
+    models_path: str = "/v1/models"
+    busy: frozenset[int] = frozenset({503})
+
+
 @dataclass(eq=False)
 class Upstream:
-    """One vLLM server and what this process knows of it; mutated only under the pool's lock (compared by identity)."""
+    """One upstream server and what this process knows of it; mutated only under the pool's lock (compared by id)."""
 
     url: str
     healthy: bool = False
@@ -89,6 +110,7 @@ class UpstreamPool:
         self,
         urls: Sequence[str],
         model: str,
+        dialect: Dialect,
         *,
         timeout_s: float = 30.0,
         probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S,
@@ -99,6 +121,7 @@ class UpstreamPool:
         if not urls:
             raise ValueError("an upstream pool needs at least one URL")
         self.model = model
+        self.dialect = dialect
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
         self.probe_interval_s = probe_interval_s
         self._busy_backoff_s = tuple(busy_backoff_s)
@@ -195,7 +218,7 @@ class UpstreamPool:
                 except httpx.HTTPError as error:
                     failures.append(self._take_out(upstream, f"{type(error).__name__}: {error}".rstrip(": ")))
                     continue
-                if response.status_code == 503:
+                if response.status_code in self.dialect.busy:
                     self._count("upstream_busy")
                     busy.append(f"{upstream.url}: {_message(response)}")
                     continue
@@ -205,8 +228,8 @@ class UpstreamPool:
                 if response.status_code != 200:
                     self._count("upstream_errors")
                     raise UpstreamFailure(
-                        f"{upstream.url} refused the read (HTTP {response.status_code}): {_message(response)}"
-                        + (" (check --upstream-api-key)" if response.status_code == 401 else "")
+                        f"{upstream.url} refused the request (HTTP {response.status_code}): {_message(response)}"
+                        + (f" (check {self.dialect.key_flag})" if response.status_code == 401 else "")
                     )
                 try:
                     return response.json()
@@ -260,9 +283,9 @@ class UpstreamPool:
         problem: str | None
         model = upstream.model
         try:
-            health = self._client.get(upstream.url + "/health", timeout=self._probe_timeout_s)
+            health = self._client.get(upstream.url + self.dialect.health_path, timeout=self._probe_timeout_s)
             if health.status_code != 200:
-                problem = f"/health answered HTTP {health.status_code}"
+                problem = f"{self.dialect.health_path} answered HTTP {health.status_code}"
             else:
                 if model is None:
                     model = self._served_model(upstream)
@@ -283,21 +306,19 @@ class UpstreamPool:
             self._changed.notify_all()
 
     def _served_model(self, upstream: Upstream) -> UpstreamModel | None:
-        listing = self._client.get(upstream.url + "/v1/models", timeout=self._probe_timeout_s)
+        path = self.dialect.models_path
+        listing = self._client.get(upstream.url + path, timeout=self._probe_timeout_s)
         if listing.status_code == 401:
-            raise ValueError("/v1/models answered 401: vLLM runs with --api-key; give it with --upstream-api-key")
+            raise ValueError(
+                f"{path} answered 401: the upstream wants an API key; give it with {self.dialect.key_flag}"
+            )
         listing.raise_for_status()
-        listed = listing.json()
-        for entry in listed.get("data", []) if isinstance(listed, dict) else []:
-            if isinstance(entry, dict) and entry.get("id") == self.model:
-                length = entry.get("max_model_len")
-                return UpstreamModel(str(entry.get("root") or self.model), length if isinstance(length, int) else None)
-        return None
+        return self.dialect.served(listing.json(), self.model)
 
     def _mismatch(self, upstream: Upstream, model: UpstreamModel | None) -> str | None:
         """Why this upstream must not serve reads: not serving the model, or serving other weights than its peers."""
         if model is None:
-            return f"does not serve a model named {self.model!r} (see its /v1/models)"
+            return f"does not serve a model named {self.model!r} (see its {self.dialect.models_path})"
         with self._lock:
             peers = {u.model for u in self.upstreams if u is not upstream and u.model is not None}
         if peers and model not in peers:
@@ -310,7 +331,8 @@ _ALL_TRIED = object()
 
 
 def _message(response: httpx.Response) -> str:
-    """vLLM's error message (`{"error": {"message"}}`, or the older flat `{"message"}`), else the raw text."""
+    """The upstream's error message (vLLM's `{"error": {"message"}}` or flat `{"message"}`, FastAPI's `detail`), else
+    the raw text."""
     try:
         body = response.json()
     except ValueError:

@@ -96,8 +96,8 @@ def open_decider(
     """Build a `Decider` for the wings' models and then `models` (the first is the default) and, by default, load.
 
     `models` are sparrow names (read within `sparrow`'s limits) and DiffusionGemma checkpoints (read in process
-    with `engine`); each wing builds
-    its own backends (`VllmSettings(urls=..., tokenizer=...)`: DiffusionGemma served by vLLM).
+    with `engine`); each wing builds its own backends (`VllmSettings(urls=..., tokenizer=...)`: DiffusionGemma
+    served by vLLM).
     """
     served = [backend for wing in wings for backend in wing.backends(reading)]
     backends = [backend for spec in models for backend in backends_for(spec, engine, reading, sparrow)]

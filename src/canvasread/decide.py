@@ -29,8 +29,9 @@ from canvasread.errors import (
     ModelNotFound,
     NotReady,
 )
+from canvasread.preparing import DEFAULT_PREPARE_WORKERS, PreparePool
 from canvasread.rotation import plan_rotations
-from canvasread.stages.run import Stage, StageRun
+from canvasread.stages.run import DEFAULT_MAX_CONTEXT_BYTES, Stage, StageRun
 from canvasread.types import (
     DecisionRequest,
     DecisionResult,
@@ -63,7 +64,8 @@ PROVIDER_PREFIXES = ("~typesafe/", "typesafe/")
 
 @dataclass(frozen=True)
 class DeciderSettings:
-    """What the operator sets for every served model: rounding, batching, the deadline, extra model names.
+    """What the operator sets for every served model: rounding, batching, the deadline, extra model names, and
+    what `depends_on` may write into one request (`serve` sets it to `--max-body-bytes`).
 
     `aliases` are (name, model) pairs (`serve --alias NAME=MODEL`); a name may
     replace a built-in alias (say `jev-preview`) but not a served model's name.
@@ -73,6 +75,8 @@ class DeciderSettings:
     batch: BatchSettings = BatchSettings()
     timeout_s: float | None = 120.0
     aliases: tuple[tuple[str, str], ...] = ()
+    max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
+    prepare_workers: int = DEFAULT_PREPARE_WORKERS
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.aliases]
@@ -84,10 +88,11 @@ class DeciderSettings:
 
 @dataclass
 class ServedModel:
-    """A backend with its load state and its batch queue."""
+    """A backend with its load state, its prepare pool and its batch queue."""
 
     backend: AnyBackend
     queue: BatchQueue[Any, DecisionResult]
+    preparing: PreparePool
     loaded: threading.Event = field(default_factory=threading.Event)
     load_error: str | None = None
     load_seconds: float | None = None
@@ -145,14 +150,14 @@ class DecisionRun:
         self._served = served
         self._settings = settings
         self._started = time.monotonic()
-        self._plan = StageRun(request)  # checks the references before any work
+        self._plan = StageRun(request, settings.max_context_bytes)  # checks references and sizes before any work
         self._answers: dict[str, dict[str, JSONValue]] = {}
         self._usage = Usage()
         self._reads: list[int] = []
         self._warnings = dict.fromkeys(request.warnings)  # an ordered set: each stage may repeat the model's
 
     async def stages(self) -> AsyncIterator[StageAnswers]:
-        while (stage := self._plan.next_stage()) is not None:
+        while (stage := await asyncio.to_thread(self._plan.next_stage)) is not None:  # writing answers in: off the loop
             yield self._record(stage, await self._read(stage.request) if stage.request.questions else None)
 
     def stages_now(self) -> Iterator[StageAnswers]:
@@ -168,7 +173,8 @@ class DecisionRun:
 
     async def _read(self, request: DecisionRequest) -> DecisionResult:
         rotations = plan_rotations(request)
-        prepare = functools.partial(asyncio.to_thread, self._served.backend.prepare, rotations.request)
+        work = functools.partial(self._served.backend.prepare, rotations.request)
+        prepare = functools.partial(self._served.preparing.run, work)
         limit = self._settings.timeout_s
         try:
             left = None if limit is None else self._started + limit - time.monotonic()
@@ -208,16 +214,8 @@ class DecisionRun:
         answers = {key: self._answers[key] for key in keys if key in self._answers}
         skipped = {key: self._plan.skipped[key] for key in keys if key in self._plan.skipped}
         usage = {"input_tokens": self._usage.input_tokens, "output_tokens": self._usage.output_tokens}
-        elapsed = time.monotonic() - self._started
-        return Decision(
-            self._served.card.name,
-            answers,
-            usage,
-            elapsed,
-            tuple(self._reads),
-            skipped if self._plan.conditional else None,
-            tuple(self._warnings),
-        )
+        elapsed, kept = time.monotonic() - self._started, skipped if self._plan.conditional else None
+        return Decision(self._served.card.name, answers, usage, elapsed, tuple(self._reads), kept, (*self._warnings,))
 
 
 class Decider:
@@ -234,7 +232,7 @@ class Decider:
                 raise ValueError(f"two served models are both called {name!r}")
             cost = backend.cost if isinstance(backend, ReportsCost) else None
             queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name, cost=cost)
-            self._models[name] = ServedModel(backend, queue)
+            self._models[name] = ServedModel(backend, queue, PreparePool(settings.prepare_workers, name))
         self.default_name = backends[0].card.name
         self._aliases = self._alias_map(settings.aliases)
 
@@ -352,6 +350,7 @@ class Decider:
         """Stop the batch loops, first letting requests in flight finish for up to `drain_s` seconds."""
         for served in self._models.values():
             await served.queue.stop(drain_s)
+            served.preparing.close()
 
     # ---- deciding -----------------------------------------------------------------------
     def begin(self, model: str, request: DecisionRequest) -> DecisionRun:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import string
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from sparrow_decider import Decider as SparrowLibrary
 from typesafe_sdk import TypeSafeClient
 
-from canvasread.backends.base import Gone, never_gone
+from canvasread.backends.base import Gone, PreparationStopped, never_gone, watching
 from canvasread.backends.sparrow import SparrowBackend, SparrowJob, SparrowLimits, _sparrow_question
 from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
 from canvasread.decide import Decider
@@ -69,17 +70,42 @@ def test_answers_equal_the_librarys_own_reads(pair: tuple[SparrowBackend, Sparro
 
 
 def test_bounded_tokenising_equals_the_tokenizers_own_truncation() -> None:
+    """Exact wherever a chunk can end at a space or at punctuation, also in text without spaces (every ASCII
+    punctuation mark, Greek sigmas that lowercase by context, accents that normalising drops)."""
     tokenizer = SparrowLibrary.load().static.tok
     texts = [
         "word " * 5000,
         ("Ünïcödé ΣΑΣ, punctuation!? " * 400) + "tail",
-        "x" * (CHUNK_CHARS * 3) + " after a very long word",
         "lines\n" * 3000,
+        "tabs\tand\rreturns" * 1000,
+        "".join(f"ΑΣ{mark}Σα{mark}é" for mark in string.punctuation) * 300,
+        "a.b:c'd^e`f" * 1000 + "(then)" * 1000,
         "",
     ]
     for text in texts:
         for limit in (1, 7, 512, 10**6):
             assert bounded_ids(tokenizer, text, limit) == tokenizer.encode(text, limit)
+
+
+class Counting:
+    """The model's tokenizer, counting the characters it is given."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.chars = 0
+
+    def encode(self, text: str, max_len: int = 512) -> list[int]:
+        self.chars += len(text)
+        return list(self.tokenizer.encode(text, max_len))
+
+
+def test_text_without_spaces_costs_what_the_model_reads_of_it() -> None:
+    """Issue 28: 2 MiB without a space was normalised whole (seconds a text) for the one [UNK] it reads as."""
+    tokenizer = SparrowLibrary.load().static.tok
+    counting = Counting(tokenizer)
+    ids = bounded_ids(counting, "x" * (2 << 20) + " tail", 8)
+    assert ids == [tokenizer.unk_id] * 8  # a run longer than a word is unknown tokens, cut every chunk
+    assert counting.chars <= 8 * CHUNK_CHARS
 
 
 def test_usage_counts_what_the_model_read_and_a_request_past_the_budget_is_refused() -> None:
@@ -260,3 +286,12 @@ def test_max_state_tokens_refuses_a_longer_state_with_a_413_naming_the_flag() ->
     assert result.warnings == ()
     with pytest.raises(PayloadTooLarge, match=r"longer than 20 tokens.*\(--max-state-tokens\)"):
         backend.prepare(parsed(state + "eleven", {"q": QUESTIONS["refund"]}))
+
+
+def test_reading_a_text_stops_between_chunks_once_the_caller_has_gone() -> None:
+    tokenizer = Counting(SparrowLibrary.load().static.tok)
+    left = threading.Event()
+    left.set()
+    with pytest.raises(PreparationStopped):
+        watching(left, lambda: bounded_ids(tokenizer, "word " * 10_000, 512))
+    assert tokenizer.chars == 0

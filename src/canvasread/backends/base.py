@@ -7,10 +7,13 @@ distributions. It never sees HTTP and never builds wire answers; the
 Contract:
 - `load()` may be slow (weights, compilation); it runs once, in a worker
   thread, while the server already answers `/health`.
-- `prepare(request)` runs on the request's own path before queueing: it
+- `prepare(request)` runs on the request's own path before queueing, on a
+  thread of the model's bounded prepare pool (`canvasread.preparing`): it
   checks everything that can be checked without the model (labels, context
   length...) and raises `InvalidRequest` with a precise location, so a bad
-  request never reaches a batch. It returns the backend's own job object.
+  request never reaches a batch. It returns the backend's own job object. A
+  backend whose preparation takes many steps (texts to tokenise) calls
+  `stop_if_left()` between them, so it ends once the caller has gone.
 - `decide(jobs, gone)` runs one batch in the backend's single worker thread and
   returns one `DecisionResult` per job, in order. An exception fails only the
   jobs of that batch. `gone(i)` turns true once job i's caller has left while
@@ -22,6 +25,8 @@ Contract:
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -43,6 +48,30 @@ Gone = Callable[[int], bool]
 def never_gone(index: int) -> bool:
     """The callers of a synchronous call (the library, evaluation) wait for every job."""
     return False
+
+
+T = TypeVar("T")
+# Set around each preparation the prepare pool runs: set once that request's caller has gone.
+_caller_left: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("caller_left", default=None)
+
+
+class PreparationStopped(Exception):
+    """Raised by `stop_if_left` in a preparation whose caller has gone; nobody waits for its result."""
+
+
+def stop_if_left() -> None:
+    """Between the steps of a `prepare`: raises `PreparationStopped` once its caller has gone (a no-op outside
+    the prepare pool, where the caller always waits)."""
+    left = _caller_left.get()
+    if left is not None and left.is_set():
+        raise PreparationStopped("the caller has gone")
+
+
+def watching(left: threading.Event, work: Callable[[], T]) -> T:
+    """`work()`, with `stop_if_left` inside it watching `left` (the prepare pool runs every preparation so)."""
+    context = contextvars.copy_context()
+    context.run(_caller_left.set, left)
+    return context.run(work)
 
 
 class Backend(Protocol[JobT]):

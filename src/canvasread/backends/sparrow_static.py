@@ -26,18 +26,31 @@ from sparrow_decider import _options
 from sparrow_decider.engine import gelu, softmax
 from sparrow_decider.static import KINDS, _content, kv_pairs, value_features
 
+from canvasread.backends.base import stop_if_left
 from canvasread.errors import PayloadTooLarge
 
-# Text is tokenised in chunks of about this many characters, cut after a space or newline (where
-# normalisation and pre-tokenisation start afresh), so a long text costs only what the model reads of it.
+# Text is tokenised in chunks of about this many characters, each cut where normalisation and pre-tokenisation
+# start afresh, so a long text costs only what the model reads of it, and a preparation can stop between chunks.
 CHUNK_CHARS = 4096
+SPACES = (" ", "\n", "\t", "\r")
+# Inside a run without spaces a chunk may end before one of these: punctuation is a word of its own, and the one
+# context-dependent step of normalising (lowercasing's final sigma) does not look through them as it does
+# through ' . : ^ `, so each side normalises as it does within the whole text.
+BREAKS = tuple('!"#$%&()*+,-/;<=>?@[\\]_{|}~')
 
 
 def bounded_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
-    """`tokenizer.encode(text, limit)`, exactly, normalising no more of `text` than its first `limit` tokens need."""
+    """`tokenizer.encode(text, limit)`, normalising no more of `text` than its first `limit` tokens need.
+
+    Exact, except inside a run of more than `CHUNK_CHARS` characters with neither a space nor a break: it is cut
+    every `CHUNK_CHARS` characters, so a text without spaces costs what is read of it, not its whole length.
+    Such a run is a word the model reads as one [UNK] (it reads words of at most 100 characters), cut into
+    several. Stops between chunks once the request's caller has gone (`stop_if_left`).
+    """
     ids: list[int] = []
     start = 0
     while start < len(text) and len(ids) < limit:
+        stop_if_left()
         end = _chunk_end(text, start)
         ids.extend(tokenizer.encode(text[start:end], limit - len(ids)))
         start = end
@@ -45,15 +58,15 @@ def bounded_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
 
 
 def _chunk_end(text: str, start: int) -> int:
-    """Just past the last space or newline within `CHUNK_CHARS` of `start` (past the next one if none is nearer)."""
+    """Just past the last space within `CHUNK_CHARS` of `start`, else before the last break there, else there."""
     window = start + CHUNK_CHARS
     if window >= len(text):
         return len(text)
-    cut = max(text.rfind(" ", start, window), text.rfind("\n", start, window))
-    if cut < start:
-        later = [found for found in (text.find(" ", window), text.find("\n", window)) if found >= 0]
-        return min(later) + 1 if later else len(text)
-    return cut + 1
+    space = max(text.rfind(mark, start, window) for mark in SPACES)
+    if space >= start:
+        return space + 1
+    cut = max(text.rfind(mark, start + 1, window) for mark in BREAKS)
+    return cut if cut > start else window
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def serve(
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
     wings = upstream.wings()
-    settings = batching.settings(models.aliases())
+    settings = batching.settings(models.aliases(), limits.max_body_bytes)
     decider = open_decider(
         models.specs(wings),
         settings,

@@ -352,9 +352,10 @@ class BatchFlags:
     timeout: Timeout = DeciderSettings.timeout_s
     round_to: Round = DeciderSettings.decimals
 
-    def settings(self, aliases: tuple[tuple[str, str], ...]) -> DeciderSettings:
+    def settings(self, aliases: tuple[tuple[str, str], ...], max_body_bytes: int) -> DeciderSettings:
+        """`depends_on` may write into a request as much as a body may hold (`--max-body-bytes`)."""
         batch = BatchSettings(self.max_batch, self.max_wait_ms / 1000.0, self.max_pending, self.linger_ms / 1000.0)
-        return DeciderSettings(decimals=self.round_to, batch=batch, timeout_s=self.timeout, aliases=aliases)
+        return DeciderSettings(self.round_to, batch, self.timeout, aliases, max_context_bytes=max_body_bytes)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,18 @@ text is the question's own instructions, a blank line, then
     - `logo` (Logo?): box at top 0.10, bottom 0.35, left 0.60, right 0.90 (fractions of the image), confidence 0.72
     - `city` (Which city?): "Paris" (characters 24-29 of the state), confidence 0.91
 
-one line per `depends_on` entry, in the order given, with the calibrated
-probabilities the caller sees (two decimals). Because this is content, the
-canvas backend's noise for the question follows it like any other wording.
+one line per distinct `depends_on` entry, in the order given, with the
+calibrated probabilities the caller sees (two decimals). Because this is
+content, the canvas backend's noise for the question follows it like any
+other wording.
+
+Each dependent gets its own copy of every line it depends on, so a small body
+can ask for a large text: a 2 MiB question named by 1,000 dependents is 2 GB
+of instructions. The text the lines add is counted before it is written, and
+past `max_context_bytes` (`serve` makes it `--max-body-bytes`: what a caller
+could have sent by writing the lines in) the request is refused with a 413:
+when the request is built, from the part of each line known before any answer
+(its key and instructions), and again before each stage is written, exactly.
 
 A question is skipped, and never read, when a question it waits on was
 skipped, or when an `ask_if` does not hold: the named question's answer (a
@@ -27,15 +36,20 @@ or a span (422).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from canvasread.answers import answer_confidence
+from canvasread.errors import PayloadTooLarge
 from canvasread.kinds import kind_of
 from canvasread.kinds.base import as_text
 from canvasread.stages.graph import is_staged, prerequisites, stage_numbers
 from canvasread.types import AskIfValue, DecisionRequest, Distribution, JSONValue, Question
 
 CONTEXT_HEADER = "Answers already given about this state:"
+# The text depends_on may add to one request, in UTF-8 bytes: the default body limit (`--max-body-bytes`).
+DEFAULT_MAX_CONTEXT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,9 +70,38 @@ class Given:
         return threshold is not None and answer_confidence(self.question, self.distribution) < threshold
 
     def line(self) -> str:
+        """The answer in a dependent's context (written once, however many questions depend on it)."""
+        return self._line
+
+    @functools.cached_property
+    def _line(self) -> str:
         question = self.question
-        about = "" if question.instructions is None else f" ({as_text(question.instructions)})"
-        return f"- `{question.key}`{about}: {kind_of(question.kind).context(question, self.distribution)}"
+        return f"{_line_head(question)}{kind_of(question.kind).context(question, self.distribution)}"
+
+    @functools.cached_property
+    def size(self) -> int:
+        """The line's UTF-8 bytes and its newline."""
+        return len(self._line.encode()) + 1
+
+
+def _line_head(question: Question) -> str:
+    """What a context line says before the answer: the key and the question's own instructions."""
+    about = "" if question.instructions is None else f" ({as_text(question.instructions)})"
+    return f"- `{question.key}`{about}: "
+
+
+def _written(question: Question) -> tuple[str, ...]:
+    """The questions whose answers are written into `question`, each once, in the order given."""
+    return tuple(dict.fromkeys(question.depends_on))
+
+
+def _refuse_past(size: int, limit: int) -> None:
+    if size > limit:
+        raise PayloadTooLarge(
+            f"depends_on would write {size:,} bytes of earlier answers into this request's instructions (each "
+            f"dependent gets its own copy of every answer it names), past the {limit:,} a body may hold "
+            "(--max-body-bytes); name fewer or shorter questions in depends_on"
+        )
 
 
 @dataclass(frozen=True)
@@ -74,10 +117,12 @@ class Stage:
 class StageRun:
     """The stages of one request, in order; `record` each stage's answers before asking for the next stage.
 
-    Building it checks the references (`InvalidRequest` at the offending key).
+    Building it checks the references (`InvalidRequest` at the offending key) and that the answers to be written
+    in can fit `max_context_bytes` (`PayloadTooLarge`; see the module docstring).
     """
 
     request: DecisionRequest
+    max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     numbers: tuple[int, ...] = field(init=False)
     skipped: dict[str, dict[str, JSONValue]] = field(init=False, default_factory=dict)
     _given: dict[str, Given] = field(init=False, default_factory=dict)
@@ -87,6 +132,13 @@ class StageRun:
     def __post_init__(self) -> None:
         self.numbers = stage_numbers(self.request.questions)
         self._asked = {question.key: question for question in self.request.questions}
+        heads = {key: len(_line_head(self._asked[key]).encode()) for q in self.request.questions for key in _written(q)}
+        _refuse_past(sum(map(heads.__getitem__, self._copies(self.request.questions))), self.max_context_bytes)
+
+    @staticmethod
+    def _copies(questions: Sequence[Question]) -> list[str]:
+        """The key of every line the questions' contexts hold, once per dependent that holds it."""
+        return [key for question in questions for key in _written(question)]
 
     @property
     def staged(self) -> bool:
@@ -108,12 +160,13 @@ class StageRun:
                 continue
             reason = self._skip_reason(question)
             if reason is None:
-                asked.append(self._with_context(question))
+                asked.append(question)
             else:
                 skipped[question.key] = reason
+        _refuse_past(sum(self._given[key].size for key in self._copies(asked)), self.max_context_bytes)
         self._next += 1
         self.skipped.update(skipped)
-        return Stage(number, replace(self.request, questions=tuple(asked)), skipped)
+        return Stage(number, replace(self.request, questions=tuple(map(self._with_context, asked))), skipped)
 
     def record(self, key: str, distribution: Distribution) -> None:
         """File an answer (calibrated, as the caller sees it) for the stages that wait on it.
@@ -150,7 +203,7 @@ class StageRun:
     def _with_context(self, question: Question) -> Question:
         if not question.depends_on:
             return question
-        lines = [CONTEXT_HEADER, *(self._given[name].line() for name in question.depends_on)]
+        lines = [CONTEXT_HEADER, *(self._given[name].line() for name in _written(question))]
         context = "\n".join(lines)
         own = question.instructions
         return replace(question, instructions=context if own is None else f"{as_text(own)}\n\n{context}")

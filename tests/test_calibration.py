@@ -183,8 +183,8 @@ def test_serve_applies_a_calibration_file(tmp_path: Path) -> None:
     }
     with serve_cli("--calibration", str(path)) as base:
         answers = httpx.post(base + "/v1/systemone", json=body, timeout=30).json()["answers"]
-    assert answers["team"]["diagnostics"] == {"calibrated": True, "temperature": 0.5}
-    assert answers["refund"]["diagnostics"] == {"calibrated": False}
+    assert answers["team"]["diagnostics"] == {"calibrated": True, "temperature": 0.5, "truncated": False}
+    assert answers["refund"]["diagnostics"] == {"calibrated": False, "truncated": False}
     decider = Decider([SparrowBackend()])
     decider.load()
     raw = decider.ask(body["state"], body["questions"])["answers"]["team"]["probabilities"]

@@ -37,7 +37,9 @@ def decode_assets(
     """Every asset's bytes (base64 or a multipart part) checked as an image; one 422 listing every problem."""
     if max(len(assets), len(parts)) > limits.max_images:  # before any decoding: counting is free, decoding is not
         raise InvalidRequest.at(
-            ("assets",), f"at most {limits.max_images} images per request", input=len(assets) or len(parts)
+            ("assets",),
+            f"at most {limits.max_images} images per request (--max-images)",
+            input=len(assets) or len(parts),
         )
     problems: list[FieldProblem] = []
     decoded: dict[str, ImageAsset] = {}
@@ -63,7 +65,11 @@ def decode_assets(
                 continue
             encoded = "".join((asset.data_base64 or "").split())
             if len(encoded) // 4 * 3 > limits.max_bytes:
-                problems.append(FieldProblem((*loc, "data_base64"), f"image is larger than {limits.max_bytes} bytes"))
+                problems.append(
+                    FieldProblem(
+                        (*loc, "data_base64"), f"image is larger than {limits.max_bytes} bytes (--max-image-bytes)"
+                    )
+                )
                 continue
             try:
                 data = base64.b64decode(encoded, validate=True)
@@ -91,7 +97,7 @@ def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimi
     from PIL import Image, UnidentifiedImageError
 
     if len(data) > limits.max_bytes:
-        raise ValueError(f"image is larger than {limits.max_bytes} bytes")
+        raise ValueError(f"image is larger than {limits.max_bytes} bytes (--max-image-bytes)")
     formats: dict[str, ImageFormat] = {"PNG": "png", "JPEG": "jpeg"}
     try:
         with Image.open(io.BytesIO(data)) as image:
@@ -100,7 +106,9 @@ def inspect_image(placeholder: str, data: bytes, limits: ImageLimits = ImageLimi
             if kind not in formats:
                 raise ValueError(f"image format {kind} is not supported; send PNG or JPEG")
             if width < 1 or height < 1 or width * height > limits.max_pixels:
-                raise ValueError(f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted")
+                raise ValueError(
+                    f"image is {width}x{height}; at most {limits.max_pixels} pixels are accepted (--max-image-pixels)"
+                )
             _decode(image)
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
         raise ValueError(f"not a readable PNG or JPEG image ({type(error).__name__})") from None

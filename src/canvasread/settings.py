@@ -87,6 +87,9 @@ class ServerSettings:
     parse_workers: int = DEFAULT_PARSE_WORKERS
     # Extra `Host` names to answer to (a reverse proxy's name); the loopback names are always allowed.
     allowed_hosts: tuple[str, ...] = ()
+    # Refuse (422) what is otherwise a warning: unknown keys, an empty state. Off: the hosted API ignores
+    # unknown keys, and clients send keys of their own.
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

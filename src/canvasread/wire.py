@@ -2,9 +2,11 @@
 
 The HTTP layer, the CLI and `canvasread eval` all accept the same JSON, so
 its validation lives here rather than inside `server/`. Validation errors
-keep pydantic's locations, field paths inside the body (`("questions", "team",
-"choice", "criteria")`); the HTTP layer puts `"body"` before them, so a 422
-points at the exact bad field as the hosted API does.
+are located by the field paths the caller wrote (`("questions", "team",
+"choice", "criteria")`, the question's kind after its id as the hosted API
+does; see `canvasread.problems`); the HTTP layer puts `"body"` before them.
+Keys no model reads are warnings (`canvasread.keys`), or refusals under
+`strict`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pydantic import AliasChoices, Field, ValidationError, model_validator
 
 from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.images import decode_assets
+from canvasread.keys import UnknownKey, unknown_keys
 from canvasread.kinds import KINDS, kind_of
 from canvasread.kinds.base import AnswerBase, Content, QuestionBase, WireModel
+from canvasread.problems import problems_from
 from canvasread.settings import ImageLimits
 from canvasread.types import (
     MAX_STEPS,
@@ -27,13 +31,19 @@ from canvasread.types import (
     Capabilities,
     Condition,
     DecisionRequest,
-    JSONValue,
+    InputWarning,
     OrderMode,
     Question,
     RequestOptions,
 )
 
 MAX_SAMPLES = 16
+# What a request's warnings say is done with what no answer honours, and what `--strict` says instead.
+IGNORED = {
+    "extra_forbidden": "it is ignored",
+    "empty_state": "every answer is the model's guess without one",
+}
+STRICT = "this server refuses it (serve --strict)"
 
 if TYPE_CHECKING:  # the union of every kind's model, as mypy can name it
     WireQuestion = QuestionBase
@@ -99,7 +109,10 @@ class WireWarning(WireModel):
 
     loc: list[str | int] = Field(description="The field's path inside the request, as the caller wrote it.")
     msg: str
-    type: str = Field(description="What happened: `truncated` (a text longer than the model reads).")
+    type: str = Field(
+        description="What happened: `truncated` (a text longer than the model reads), `extra_forbidden` (a key "
+        "no model reads, such as a misspelled extension), `empty_state` (nothing to read)."
+    )
 
 
 class SystemOneResponse(WireModel):
@@ -114,7 +127,7 @@ class SystemOneResponse(WireModel):
     warnings: list[WireWarning] | None = Field(
         None,
         description="canvasread extension, present when there is one: what the answers do not honour as sent "
-        "(a state longer than the model reads, for one).",
+        "(a state longer than the model reads, a misspelled key, an empty state).",
     )
 
 
@@ -128,38 +141,25 @@ class ModelList(WireModel):
     models: list[ModelEntry]
 
 
-def problems_from(error: ValidationError, prefix: tuple[str | int, ...] = ()) -> list[FieldProblem]:
-    """Pydantic errors as 422 entries; `ctx` values are made JSON-safe (they may hold exceptions)."""
-    problems = []
-    for entry in error.errors(include_url=False):
-        ctx: dict[str, JSONValue] = {
-            key: value if isinstance(value, str | int | float | bool) else str(value)
-            for key, value in entry.get("ctx", {}).items()
-        }
-        problems.append(
-            FieldProblem(prefix + tuple(entry["loc"]), entry["msg"], entry["type"], _json_safe(entry.get("input")), ctx)
-        )
-    return problems
-
-
-def _json_safe(value: Any) -> JSONValue:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return str(value)
-
-
 def parse_request(
-    payload: Any, parts: Mapping[str, bytes] | None = None, images: ImageLimits = ImageLimits()
+    payload: Any, parts: Mapping[str, bytes] | None = None, images: ImageLimits = ImageLimits(), *, strict: bool = False
 ) -> tuple[str, DecisionRequest]:
-    """Validate a decoded JSON body (and multipart parts) into the model name and a `DecisionRequest`."""
+    """Validate a decoded JSON body (and multipart parts) into the model name and a `DecisionRequest`.
+
+    What the request holds that no answer will honour (unknown keys, an empty state) becomes its `warnings`;
+    with `strict` (`serve --strict`) it is refused with the validation errors instead, every unknown key
+    included (without it, an unknown top-level key is ignored as the hosted API does, unless it is a near
+    miss of one the wire reads).
+    """
+    refused = (
+        [FieldProblem(loc, f"{what}; {STRICT}", kind) for loc, what, kind in _notices(payload, True)] if strict else []
+    )
     try:
         wire = SystemOneRequest.model_validate(payload)
     except ValidationError as error:
-        raise InvalidRequest(problems_from(error)) from None
+        raise InvalidRequest([*problems_from(error, payload), *refused]) from None
+    if refused:
+        raise InvalidRequest(refused)
     _check_states(wire)
     assets = decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
@@ -167,7 +167,40 @@ def parse_request(
     options = RequestOptions(
         samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps, think=wire.think
     )
-    return wire.model, DecisionRequest(wire.state, questions, assets, options)
+    warnings = tuple(InputWarning(loc, f"{what}: {IGNORED[kind]}", kind) for loc, what, kind in _notices(payload))
+    return wire.model, DecisionRequest(wire.state, questions, assets, options, warnings)
+
+
+def _notices(payload: Any, every_key: bool = False) -> list[tuple[tuple[str | int, ...], str, str]]:
+    """What a request holds that no answer honours: unknown keys (at the top level only near misses, unless
+    `every_key`) and an empty state, each as its place, what it is and its type."""
+    found = [
+        (unknown.loc, _unknown(unknown), "extra_forbidden")
+        for unknown in unknown_keys(payload, SystemOneRequest)
+        if every_key or len(unknown.loc) > 1 or unknown.resembles is not None
+    ]
+    if isinstance(payload, Mapping) and not payload.get("assets"):  # images may be what the questions are about
+        key = "document" if "state" not in payload and "document" in payload else "state"
+        if isinstance(payload.get(key), str | dict | list) and is_empty(payload[key]):
+            found.append(((key,), "the state is empty (no text to read)", "empty_state"))
+    return found
+
+
+def _unknown(unknown: UnknownKey) -> str:
+    if unknown.resembles is not None:
+        return f"unknown key {unknown.key!r} (did you mean {unknown.resembles!r}?)"
+    return f"unknown key {unknown.key!r} (the keys read here: {', '.join(unknown.known)})"
+
+
+def is_empty(state: Any) -> bool:
+    """Nothing to read: blank text, or objects and arrays holding nothing but blank text (keys aside)."""
+    if state is None or isinstance(state, str):
+        return not (state or "").strip()
+    if isinstance(state, Mapping):
+        return all(is_empty(value) for value in state.values())
+    if isinstance(state, list):
+        return all(is_empty(value) for value in state)
+    return False
 
 
 def _check_states(wire: SystemOneRequest) -> None:
@@ -198,8 +231,9 @@ def _to_question(key: str, question: QuestionBase, order: OrderMode) -> Question
 def check_option_counts(request: DecisionRequest, max_options: int, max_levels: int, where: str = " here") -> None:
     """Options per question against a limit: the server's flags, or a model's capabilities.
 
-    The one place that check lives, so both say it the same way (`where` names whose limit it is); each kind
-    says what limits its options (choices by `max_options`, scores by `max_levels`).
+    The one place that check lives, so both say it the same way (`where` names whose limit it is, `{what}` in
+    it the options' name); each kind says what limits its options (choices by `max_options`, scores by
+    `max_levels`).
     """
     capabilities = Capabilities(max_options=max_options, max_levels=max_levels)
     problems = []
@@ -210,7 +244,7 @@ def check_option_counts(request: DecisionRequest, max_options: int, max_levels: 
             problems.append(
                 FieldProblem(
                     ("questions", question.key, question.kind, "criteria"),
-                    f"at most {limit} {what} per question{where}",
+                    f"at most {limit} {what} per question{where.replace('{what}', what)}",
                     "too_long",
                     ctx={"max_length": limit},
                 )

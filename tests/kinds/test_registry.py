@@ -69,7 +69,9 @@ def test_the_wire_schema_is_built_from_the_registry() -> None:
 def test_an_unknown_kind_is_refused_at_the_edge_never_guessed() -> None:
     with pytest.raises(InvalidRequest) as wire:
         parse_request({"model": "m", "state": "s", "questions": {"q": {"type": "rating", "instructions": "?"}}})
-    assert [(p.loc, p.type) for p in wire.value.problems] == [(("questions", "q"), "union_tag_invalid")]
+    assert [(p.loc, p.type, p.input) for p in wire.value.problems] == [
+        (("questions", "q", "type"), "literal_error", "rating")
+    ]
     # A request built by hand (the library's `Decider.decide_now`) meets the same refusal in the capability check.
     request = DecisionRequest("s", (Question("q", "rating", "?", (Option("a"), Option("b"))),))
     with pytest.raises(InvalidRequest) as hand:

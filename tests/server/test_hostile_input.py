@@ -184,10 +184,10 @@ def test_bodies_are_parsed_off_the_event_loop(base: str, monkeypatch: pytest.Mon
     entered, release = threading.Event(), threading.Event()
     parse = handlers.parse_request
 
-    def held(*args: Any) -> Any:
+    def held(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         release.wait(60)
-        return parse(*args)
+        return parse(*args, **kwargs)
 
     monkeypatch.setattr(handlers, "parse_request", held)
     with httpx.Client(base_url=base, timeout=60) as client:

@@ -67,18 +67,21 @@ def test_empty_questions(sparrow_server: str) -> None:
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        ({"model": "jev-latest", "state": 5, "questions": {"q": NOUL}}, ["body", "state", "str"]),
+        ({"model": "jev-latest", "state": 5, "questions": {"q": NOUL}}, ["body", "state"]),
         ({"model": "jev-latest", "state": "x", "questions": [NOUL]}, ["body", "questions"]),
         (
             {"model": "jev-latest", "state": "x", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}},
             ["body", "questions", "q", "choice", "criteria"],
         ),
-        ({"model": "jev-latest", "state": "x", "questions": {"q": {"type": "maybe"}}}, ["body", "questions", "q"]),
+        (
+            {"model": "jev-latest", "state": "x", "questions": {"q": {"type": "maybe"}}},
+            ["body", "questions", "q", "type"],
+        ),
         ({"model": "jev-latest", "questions": {"q": NOUL}}, ["body", "state"]),
         ({"state": "x", "questions": {"q": NOUL}}, ["body", "model"]),
         (
             {"model": "jev-latest", "state": "x", "questions": {"q": NOUL}, "samples": 0},
-            ["body", "samples", "constrained-int"],
+            ["body", "samples"],
         ),
         (
             {"model": "jev-latest", "state": "x", "questions": {"q": {**NOUL, "min_confidence": 2}}},

@@ -166,16 +166,34 @@ def test_brackets_inside_strings_do_not_count(limited: str) -> None:
 @pytest.mark.parametrize(
     "raw",
     [
-        b'{"model": "jev-latest", "state": NaN, "questions": {"q": {"type": "noul", "instructions": "?"}}}',
-        b'{"model": "jev-latest", "state": "x", "questions": {"q": {"type": "score", "criteria": [Infinity]}}}',
         b'{"model": "jev-latest", "state": "x", "seed": 1' + b"0" * 5000 + b', "questions": {"q": {"type": "noul"}}}',
         json.dumps(body()).encode("utf-16"),
         b'{"model": "jev-latest", "state": "\xff\xfe", "questions": {}}',
     ],
-    ids=["nan", "infinity", "5000-digit-number", "utf-16", "not-utf-8"],
+    ids=["5000-digit-number", "utf-16", "not-utf-8"],
 )
 def test_json_that_python_would_accept_but_cannot_answer_is_422(limited: str, raw: bytes) -> None:
     assert problem_at(post_raw(limited, raw), ["body"])["type"] == "json_invalid"
+
+
+@pytest.mark.parametrize(
+    ("raw", "loc"),
+    [
+        (
+            b'{"model": "jev-latest", "state": NaN, "questions": {"q": {"type": "noul", "instructions": "?"}}}',
+            ["state"],
+        ),
+        (
+            b'{"model": "jev-latest", "state": "x", "questions": {"q": {"type": "score", "criteria": [-Infinity]}}}',
+            ["questions", "q", "criteria", 0],
+        ),
+    ],
+    ids=["nan", "infinity"],
+)
+def test_nan_and_infinity_are_422_where_they_stand(limited: str, raw: bytes, loc: list[Any]) -> None:
+    """Python reads them, JSON has neither: the 422 names the field that holds one, not just the body."""
+    entry = problem_at(post_raw(limited, raw), ["body", *loc])
+    assert entry["type"] == "finite_number" and "NaN or Infinity" in entry["msg"]
 
 
 # ---- images -----------------------------------------------------------------------------
@@ -208,7 +226,7 @@ def test_image_bytes_per_image(limited: str) -> None:
     entry = problem_at(
         post(limited, body(assets={"<image:a>": image_asset(big)})), ["body", "assets", "<image:a>", "data_base64"]
     )
-    assert "larger than 4000 bytes" in entry["msg"]
+    assert "larger than 4000 bytes (--max-image-bytes)" in entry["msg"]
     files = {
         "request": (
             None,
@@ -275,29 +293,30 @@ def test_a_state_past_the_context_is_422_and_frees_its_place_in_line() -> None:
 # ---- every limit is a flag on `canvasread serve` -----------------------------------------------
 
 
-def test_serve_flags_set_every_limit() -> None:
+def test_serve_flags_set_every_limit_and_each_refusal_names_its_flag() -> None:
     flags = ("--max-questions", "2", "--max-options", "3", "--max-levels", "2", "--max-json-depth", "5")
-    flags += (
-        "--max-images",
-        "1",
-        "--max-image-bytes",
-        "100000",
-        "--max-image-pixels",
-        "100",
-        "--max-body-bytes",
-        "8192",
-    )
+    flags += ("--max-json-items", "1000", "--max-images", "1", "--max-image-bytes", "100000")
+    flags += ("--max-image-pixels", "100", "--max-body-bytes", "8192")
     with serve_cli(*flags) as base:
+
+        def refused_by(sent: Any, loc: list[Any]) -> str:
+            return str(problem_at(post(base, sent), loc)["msg"])
+
         three = {f"q{i}": NOUL for i in range(3)}
-        assert problem_at(post(base, {**body(), "questions": three}), ["body", "questions"])["ctx"] == {"max_length": 2}
+        assert "--max-questions" in refused_by({**body(), "questions": three}, ["body", "questions"])
         choice = {"c": {"type": "choice", "criteria": {"a": None, "b": None, "c": None, "d": None}}}
-        assert problem_at(post(base, {**body(), "questions": choice}), ["body", "questions", "c", "choice", "criteria"])
+        at = ["body", "questions", "c", "choice", "criteria"]
+        assert "--max-options" in refused_by({**body(), "questions": choice}, at)
         score = {"s": {"type": "score", "criteria": ["a", "b", "c"]}}
-        assert problem_at(post(base, {**body(), "questions": score}), ["body", "questions", "s", "score", "criteria"])
-        assert problem_at(post(base, body(nested(5))), ["body"])["type"] == "json_too_deep"
+        assert "--max-levels" in refused_by(
+            {**body(), "questions": score}, ["body", "questions", "s", "score", "criteria"]
+        )
+        assert "--max-json-depth" in refused_by(body(nested(5)), ["body"])
+        assert "--max-json-items" in refused_by(body(list(range(1001))), ["body"])
         two_images = {"<image:a>": image_asset(png()), "<image:b>": image_asset(png())}
-        assert "at most 1 images" in problem_at(post(base, body(assets=two_images)), ["body", "assets"])["msg"]
+        assert "at most 1 images per request (--max-images)" in refused_by(body(assets=two_images), ["body", "assets"])
         big_image = {"<image:a>": image_asset(png(11, 10))}
-        assert "at most 100 pixels" in post(base, body(assets=big_image)).text
-        assert post(base, body("x" * 9000)).status_code == 413
+        assert "at most 100 pixels are accepted (--max-image-pixels)" in post(base, body(assets=big_image)).text
+        too_large = post(base, body("x" * 9000))
+        assert too_large.status_code == 413 and "--max-body-bytes" in too_large.json()["detail"]["message"]
         assert post(base, body()).status_code == 200

@@ -42,6 +42,7 @@ def _server_settings(server: ServerFlags, limits: LimitFlags) -> ServerSettings:
         max_connections_per_client=server.max_connections_per_client,
         parse_workers=server.parse_workers,
         allowed_hosts=tuple(server.allowed_host or ()),
+        strict=limits.strict,
     )
 
 

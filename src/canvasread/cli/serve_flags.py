@@ -259,6 +259,9 @@ MaxItems = Annotated[int, _limit("N", "Most JSON items (arrays, objects and thei
 MaxImages = Annotated[int, _limit("N", "Most images in one request.")]
 MaxImageBytes = Annotated[int, _limit("BYTES", "Largest image file.")]
 MaxImagePixels = Annotated[int, _limit("N", "Most pixels (width x height) in one image.")]
+Strict = Annotated[
+    bool, typer.Option(rich_help_panel=LIMITS, help="Refuse (422) unknown keys and empty states, not just warn.")
+]
 MaxStateTokens = Annotated[
     int | None, _limit("N", "Refuse a state of more tokens (413); embedded models, which read its first 512.")
 ]
@@ -395,6 +398,7 @@ class LimitFlags:
     max_image_bytes: MaxImageBytes = ImageLimits.max_bytes
     max_image_pixels: MaxImagePixels = ImageLimits.max_pixels
     max_state_tokens: MaxStateTokens = SparrowLimits.max_state_tokens
+    strict: Strict = ServerSettings.strict
 
     def sparrow(self) -> SparrowLimits:
         return SparrowLimits(max_state_tokens=self.max_state_tokens)

@@ -33,6 +33,8 @@ from canvasread.settings import ServerSettings
 
 JSON_TYPE = b"application/json"
 MULTIPART_TYPE = b"multipart/form-data"
+# The flag that raises the body limit, named in every 413 of it.
+BODY_FLAG = "--max-body-bytes"
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def check_headers(headers: Mapping[str, str], limit: int) -> None:
     """
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is {declared} bytes; at most {limit} are accepted")
+        raise PayloadTooLarge(f"request body is {declared} bytes; at most {limit} are accepted ({BODY_FLAG})")
     media_type, _ = parse_options_header(headers.get("content-type", ""))
     if media_type not in (JSON_TYPE, MULTIPART_TYPE):
         shown = media_type.decode("latin-1")[:100] or "none"
@@ -73,7 +75,7 @@ async def read_limited(chunks: AsyncIterator[bytes], limit: int, timeout_s: floa
             async for chunk in chunks:
                 buffer += chunk
                 if len(buffer) > limit:
-                    raise PayloadTooLarge(f"request body is larger than {limit} bytes")
+                    raise PayloadTooLarge(f"request body is larger than {limit} bytes ({BODY_FLAG})")
     except TimeoutError:
         raise RequestTimeout(f"the body did not arrive within {timeout_s:g}s") from None
     return bytes(buffer)
@@ -101,7 +103,7 @@ def _decode_zstd(raw: bytes, limit: int) -> bytes:
         with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
             size = len(reader.read(limit + 1))
         if size > limit:
-            raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
+            raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes ({BODY_FLAG})")
         # The first frame is now known to fit: decode it whole, to learn whether it ended and what follows it.
         frame = zstandard.ZstdDecompressor().decompressobj()
         decoded = frame.decompress(raw)
@@ -122,7 +124,7 @@ def _decode_zlib(raw: bytes, encoding: str, limit: int) -> bytes:
     except zlib.error as error:
         raise BadRequest(f"the body is not valid {encoding} data: {error}") from None
     if len(decoded) > limit:
-        raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes")
+        raise PayloadTooLarge(f"decoded request body is larger than {limit} bytes ({BODY_FLAG})")
     if not decompressor.eof:
         raise BadRequest(f"the {encoding} body is truncated")
     if decompressor.unused_data:

@@ -70,7 +70,7 @@ class Handlers:
         config = self.config
         data = decode_content(raw, headers.get("content-encoding", ""), config.max_body_bytes)
         body = parse_body(data, headers.get("content-type", ""), config)
-        return parse_request(body.payload, body.parts, config.images)
+        return parse_request(body.payload, body.parts, config.images, strict=config.strict)
 
     def models(self) -> dict[str, Any]:
         cards = self.decider.model_cards()

@@ -23,10 +23,10 @@ def check_request(request: DecisionRequest, config: ServerSettings) -> None:
             [
                 FieldProblem(
                     ("body", "questions"),
-                    f"at most {config.max_questions} questions per request",
+                    f"at most {config.max_questions} questions per request on this server (--max-questions)",
                     "too_long",
                     ctx={"max_length": config.max_questions},
                 )
             ]
         )
-    check_option_counts(request, config.max_options, config.max_levels)
+    check_option_counts(request, config.max_options, config.max_levels, " on this server (--max-{what})")

@@ -33,7 +33,14 @@ class _Parts:
         if self.count > self.max_parts:
             images = self.max_parts - 1
             raise InvalidRequest(
-                [FieldProblem(("body", "assets"), f"at most {images} images per request", "too_long", input=images)]
+                [
+                    FieldProblem(
+                        ("body", "assets"),
+                        f"at most {images} images per request (--max-images)",
+                        "too_long",
+                        input=images,
+                    )
+                ]
             )
         self.name, self.chunks, self.headers = None, [], {}
 

@@ -2,7 +2,7 @@
 
 Python's parser accepts more than the server can carry through: lone
 surrogates (`"\\ud800"`, which no UTF-8 encoder can write back), numbers that
-overflow to infinity (`1e999`) and bodies whose objects cost far more memory
+overflow to infinity (`1e999`), NaN and Infinity (not JSON at all) and bodies whose objects cost far more memory
 than their bytes (`[{}]` repeated ten million times is 31 MB of text and about
 1 GB of Python objects). Each is refused here with a 422 that says where.
 """
@@ -23,6 +23,7 @@ _CHUNK = 1 << 20
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'"[]{},:')))
 # `\uD800`..`\uDFFF`: the only way a lone surrogate gets past UTF-8 decoding (pairs combine into one character).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+NOT_FINITE = "not a finite number: JSON has no NaN or Infinity (RFC 8259), and a float ends near 1.8e308"
 # At most this many problems are listed in one 422; a body can have millions.
 _MAX_PROBLEMS = 16
 
@@ -71,7 +72,7 @@ def check_json_shape(data: bytes, max_depth: int, max_items: int) -> None:
             [
                 FieldProblem(
                     ("body",),
-                    f"JSON nests {shape.depth} levels deep; at most {max_depth} are accepted",
+                    f"JSON nests {shape.depth} levels deep; at most {max_depth} are accepted (--max-json-depth)",
                     "json_too_deep",
                     ctx={"max_depth": max_depth},
                 )
@@ -82,7 +83,8 @@ def check_json_shape(data: bytes, max_depth: int, max_items: int) -> None:
             [
                 FieldProblem(
                     ("body",),
-                    f"JSON holds {shape.items} items (arrays, objects and their entries); at most {max_items}",
+                    f"JSON holds {shape.items} items (arrays, objects and their entries); at most {max_items} "
+                    "(--max-json-items)",
                     "json_too_large",
                     ctx={"max_items": max_items},
                 )
@@ -90,26 +92,26 @@ def check_json_shape(data: bytes, max_depth: int, max_items: int) -> None:
         )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
-
-
 def parse_json(data: bytes, max_depth: int, max_items: int) -> Any:
-    """Strict JSON: UTF-8, measured first, then no NaN/Infinity, no number past a float, no lone surrogate."""
+    """Strict JSON: UTF-8, measured first, then no NaN/Infinity, no number past a float, no lone surrogate.
+
+    NaN and Infinity (which Python reads, and RFC 8259 does not have) are parsed and then refused where they
+    stand, so the 422 points at the field, as it does for a number past a float.
+    """
     check_json_shape(data, max_depth, max_items)
-    overflowed = False
+    non_finite = False
 
     def parse_float(text: str) -> float:
-        nonlocal overflowed
+        nonlocal non_finite
         value = float(text)
-        overflowed |= not math.isfinite(value)
+        non_finite |= not math.isfinite(value)
         return value
 
     try:
-        value = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, parse_float=parse_float)
-    except (ValueError, RecursionError) as error:  # decode errors, bad JSON, NaN, integers past 4300 digits
+        value = json.loads(data.decode("utf-8-sig"), parse_constant=parse_float, parse_float=parse_float)
+    except (ValueError, RecursionError) as error:  # decode errors, bad JSON, integers past 4300 digits
         raise InvalidRequest([FieldProblem(("body",), f"JSON decode error: {error}", "json_invalid")]) from None
-    if overflowed or _SURROGATE_ESCAPE.search(data):
+    if non_finite or _SURROGATE_ESCAPE.search(data):
         problems = unrepresentable(value)
         if problems:
             raise InvalidRequest(problems)
@@ -123,7 +125,7 @@ def unrepresentable(value: Any) -> list[FieldProblem]:
     while stack and len(problems) < _MAX_PROBLEMS:
         item, loc = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
-            problems.append(FieldProblem(loc, "number too large to represent (finite numbers only)", "finite_number"))
+            problems.append(FieldProblem(loc, NOT_FINITE, "finite_number"))
         elif isinstance(item, str) and not _encodable(item):
             problems.append(FieldProblem(loc, "string holds a lone UTF-16 surrogate (not Unicode)", "string_unicode"))
         elif isinstance(item, list):

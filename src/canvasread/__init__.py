@@ -33,6 +33,7 @@ from canvasread.errors import (
     UpstreamFailure,
 )
 from canvasread.settings import ImageLimits, ServerSettings
+from canvasread.systemone.settings import SystemOneSettings
 from canvasread.types import (
     Capabilities,
     DecisionRequest,
@@ -83,6 +84,7 @@ __all__ = [
     "Question",
     "RequestOptions",
     "ServerSettings",
+    "SystemOneSettings",
     "Unauthorized",
     "UpstreamFailure",
     "UpstreamSettings",

@@ -11,7 +11,8 @@ from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
 from canvasread.cli.errors import UserError, console, warn
 from canvasread.cli.options import flag_groups
-from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ModelFlags, ServerFlags, UpstreamFlags
+from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ModelFlags, ServerFlags
+from canvasread.cli.upstream_flags import UpstreamFlags
 from canvasread.decide import Decider
 from canvasread.settings import ImageLimits, ServerSettings
 

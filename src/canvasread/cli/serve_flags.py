@@ -14,7 +14,6 @@ from canvasread.batching import BatchSettings
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, LAYOUTS, layout_named
-from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import Wing
 from canvasread.decide import DeciderSettings
 from canvasread.settings import ImageLimits, LogFormat, ServerSettings
@@ -22,7 +21,7 @@ from canvasread.settings import ImageLimits, LogFormat, ServerSettings
 # uvicorn's own default; `debug` and `trace` show every connection.
 DEFAULT_LOG_LEVEL = "info"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-MODELS, UPSTREAM, BATCHING, SERVER, LIMITS = "Models", "vLLM upstream (--upstream)", "Batching", "Server", "Limits"
+MODELS, BATCHING, SERVER, LIMITS = "Models", "Batching", "Server", "Limits"
 
 Models = Annotated[
     list[str] | None,
@@ -93,45 +92,6 @@ Calibrations = Annotated[
         metavar="PATH",
         rich_help_panel=MODELS,
         help="Calibration file from `canvasread calibrate`, applied to its model's answers (repeatable).",
-    ),
-]
-Upstreams = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--upstream",
-        metavar="URL",
-        rich_help_panel=UPSTREAM,
-        help="Read canvases through the vLLM server at this URL (repeatable: each request goes to the "
-        "least-loaded healthy one). Serves --upstream-model as the default model; needs --tokenizer.",
-    ),
-]
-UpstreamModel = Annotated[
-    str, typer.Option(metavar="NAME", rich_help_panel=UPSTREAM, help="The name vLLM serves it under.")
-]
-Tokenizer = Annotated[
-    str | None, typer.Option(metavar="PATH", rich_help_panel=UPSTREAM, help="The model's tokenizer (folder or hub id).")
-]
-CanvasLength = Annotated[
-    int, typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="vLLM's --diffusion-config canvas_length.")
-]
-MaxModelLen = Annotated[
-    int | None,
-    typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="Most prompt plus canvas tokens (default: vLLM's)."),
-]
-UpstreamTimeout = Annotated[
-    float, typer.Option(metavar="SECONDS", rich_help_panel=UPSTREAM, help="Per upstream call, before failing over.")
-]
-UpstreamConcurrency = Annotated[
-    int, typer.Option(metavar="N", rich_help_panel=UPSTREAM, help="Upstream calls in flight.")
-]
-UpstreamApiKey = Annotated[
-    str | None,
-    typer.Option(
-        metavar="KEY",
-        envvar="CANVASREAD_UPSTREAM_API_KEY",
-        show_default=False,
-        rich_help_panel=UPSTREAM,
-        help="vLLM's --api-key, sent as a Bearer token on every upstream call (never logged).",
     ),
 ]
 Layout = Annotated[
@@ -312,36 +272,6 @@ class ModelFlags:
 
     def reading(self) -> ReadSettings:
         return ReadSettings(layout=layout_named(self.layout))
-
-
-@dataclass(frozen=True)
-class UpstreamFlags:
-    """Where vLLM runs and how to talk to it."""
-
-    upstream: Upstreams = None
-    upstream_model: UpstreamModel = VllmSettings.model
-    tokenizer: Tokenizer = None
-    upstream_canvas_length: CanvasLength = VllmSettings.canvas_length
-    upstream_max_model_len: MaxModelLen = VllmSettings.max_model_len
-    upstream_timeout: UpstreamTimeout = VllmSettings.timeout_s
-    upstream_concurrency: UpstreamConcurrency = VllmSettings.concurrency
-    upstream_api_key: UpstreamApiKey = None
-
-    def wings(self) -> list[Wing]:
-        """The vLLM wing, or none without --upstream (the other flags of the group are then unused)."""
-        if not self.upstream:
-            return []
-        vllm = VllmSettings(
-            urls=tuple(self.upstream),
-            tokenizer=self.tokenizer or "",
-            model=self.upstream_model,
-            canvas_length=self.upstream_canvas_length,
-            max_model_len=self.upstream_max_model_len,
-            timeout_s=self.upstream_timeout,
-            concurrency=self.upstream_concurrency,
-            api_key=self.upstream_api_key,
-        )
-        return [vllm]
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,7 @@ class UpstreamPool:
         try:
             health = self._client.get(upstream.url + self.dialect.health_path, timeout=self._probe_timeout_s)
             if health.status_code != 200:
-                problem = f"{self.dialect.health_path} answered HTTP {health.status_code}"
+                problem = f"{self.dialect.health_path} answered HTTP {health.status_code}" + self._key_hint(health)
             else:
                 if model is None:
                     model = self._served_model(upstream)
@@ -304,6 +304,14 @@ class UpstreamPool:
                     logger.warning("upstream %s failed its health check: %s", upstream.url, problem)
                 upstream.healthy, upstream.problem = False, problem
             self._changed.notify_all()
+
+    def _key_hint(self, response: httpx.Response) -> str:
+        """Why a 401 happened (a Jev API guards its health path, its models listing, with the key too)."""
+        return (
+            f": the upstream wants an API key; give it with {self.dialect.key_flag}"
+            if response.status_code == 401
+            else ""
+        )
 
     def _served_model(self, upstream: Upstream) -> UpstreamModel | None:
         path = self.dialect.models_path

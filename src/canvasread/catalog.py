@@ -10,7 +10,6 @@ serves the embedded default without them.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +19,8 @@ from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, S
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
-from canvasread.errors import MissingExtra, ModelNotFound, NotReady
+from canvasread.errors import ModelNotFound, NotReady
+from canvasread.extras import require
 
 
 class Wing(Protocol):
@@ -75,9 +75,7 @@ def backends_for(
     if is_sparrow_model(spec):
         return [_sparrow(spec, sparrow)]
     _check_local_checkpoint(spec)
-    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingExtra(f"serving {spec!r} needs {' and '.join(missing)}: pip install 'canvasread[diffusion]'")
+    require(("torch", "transformers"), f"serving {spec!r}", "diffusion")
     from canvasread.canvas.engine.factory import checkpoint_backends
 
     return checkpoint_backends(spec, engine, reading)

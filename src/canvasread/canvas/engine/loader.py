@@ -114,7 +114,7 @@ def _load(
         from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     except ImportError as error:
         raise MissingExtra(
-            f"DiffusionGemma needs transformers >= 5.22: pip install 'canvasread[diffusion]' ({error})"
+            f"DiffusionGemma needs transformers >= 5.24: pip install 'canvasread[diffusion]' ({error})"
         ) from None
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)

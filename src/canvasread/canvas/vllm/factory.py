@@ -11,7 +11,6 @@ answers, and closes the pool, the reader and the thinker with the backend.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import time
@@ -20,7 +19,7 @@ from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.canvas.vllm.settings import VLLM, VllmSettings
 from canvasread.canvas.vllm.thinker import VllmThinker
-from canvasread.errors import MissingExtra
+from canvasread.extras import require
 from canvasread.types import MAX_STEPS, Capabilities, ModelCard
 
 logger = logging.getLogger(__name__)
@@ -34,8 +33,7 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
     prompt unless `max_model_len` is given); `/ready` says "loading" meanwhile.
     A load that fails stops what it started.
     """
-    if importlib.util.find_spec("transformers") is None:
-        raise MissingExtra("reading through vLLM needs the model's tokenizer: pip install 'canvasread[upstream]'")
+    require(("transformers",), "reading through vLLM (the model's tokenizer)", "upstream")
     where = ", ".join(settings.urls)
     card = ModelCard(
         name=settings.model,

@@ -240,14 +240,19 @@ WITHOUT = "import sys; sys.modules.update(dict.fromkeys({blocked!r})); sys.argv[
 
 
 def canvasread(
-    *args: str, stdin: str | None = None, timeout: float = 300, without: tuple[str, ...] = (), columns: int = 160
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 300,
+    without: tuple[str, ...] = (),
+    columns: int = 160,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m canvasread ARGS` with a clean environment (PYTHONPATH kept, so a worktree's sources win).
 
     `without` names packages to hide, as on a machine where that extra is not installed; `columns` is the
-    terminal's width.
+    terminal's width; `env` adds variables.
     """
-    env = {"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"}
+    env = {"COLUMNS": str(columns), "PATH": "/usr/bin:/bin", **(env or {})}
     if "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     start = ["-c", WITHOUT.format(blocked=list(without))] if without else ["-m", "canvasread"]

@@ -18,6 +18,7 @@ from canvasread.backends.base import AnyBackend
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL, SparrowBackend, SparrowLimits, is_sparrow_model
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.tokenizer import locate
 from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
 from canvasread.errors import ModelNotFound, NotReady
 from canvasread.extras import require
@@ -26,9 +27,10 @@ from canvasread.extras import require
 class Wing(Protocol):
     """An execution wing's settings: where its models run and how to reach them, and the backends they build.
 
-    Contract for `backends(reading)`: cheap and contacts nothing (each backend loads, connects and waits in its
-    own `load()`, behind the open port); raises `MissingExtra` when the wing needs a package that is not
-    installed, and `ValueError` for settings that can never work. `reading` is the server's read settings, which
+    Contract for `backends(reading)`: cheap and contacts nothing but the model hub, once, for a tokenizer it has
+    not cached (each backend loads, connects and waits in its own `load()`, behind the open port); raises
+    `MissingExtra` when the wing needs a package that is not installed, `ModelNotFound` for a tokenizer that
+    cannot be found, and `ValueError` for settings that can never work. `reading` is the server's read settings, which
     every canvas wing reads with (a wing that reads no canvas ignores them).
     """
 
@@ -66,7 +68,8 @@ def backends_for(
 
     What can be known without loading is checked here, so `serve` refuses a model
     that can never load before it binds: an unknown sparrow name, a missing
-    folder, a missing extra. A slow but valid load happens behind the open port.
+    folder, a missing or too old extra, a hub id that is neither cached nor on
+    the hub (asked once, see `canvas.tokenizer.locate`). A slow but valid load happens behind the open port.
     `reading` (the read layout, re-read rule) applies to the canvas backends; sparrow models read no canvases,
     and `sparrow` (what one request may make them read) applies to them alone.
     The default model's aliases (`default`, `jev-latest`...) name the embedded default.
@@ -76,6 +79,7 @@ def backends_for(
         return [_sparrow(spec, sparrow)]
     _check_local_checkpoint(spec)
     require(("torch", "transformers"), f"serving {spec!r}", "diffusion")
+    locate(spec, "config.json", "checkpoint")  # a hub id that is neither cached nor on the hub: one line, at once
     from canvasread.canvas.engine.factory import checkpoint_backends
 
     return checkpoint_backends(spec, engine, reading)

@@ -57,3 +57,31 @@ def test_max_state_tokens_makes_a_longer_state_a_413_naming_the_flag() -> None:
         long = httpx.post(base + "/v1/systemone", json={"model": "default", "state": "a " * 9, "questions": question})
     assert short.status_code == 200, short.text
     assert long.status_code == 413 and "(--max-state-tokens)" in long.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "expected"),
+    [
+        ("org/missing-tokenizer", ("tokenizer 'org/missing-tokenizer' is not a folder and not cached", "hf download")),
+        ("/nonexistent/tokenizer", ("tokenizer '/nonexistent/tokenizer' cannot be loaded: no such folder",)),
+    ],
+    ids=["hub-id-hub-unreachable", "missing-folder"],
+)
+def test_a_tokenizer_that_cannot_be_found_stops_serve_before_it_binds(
+    tmp_path: Path, tokenizer: str, expected: tuple[str, ...]
+) -> None:
+    """One line and exit 1 at once (the hub's own retries take ~50 s), not a server answering 503 forever.
+
+    The hub is a loopback port nothing listens on, the cache an empty folder: an id that can be nowhere.
+    """
+    hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path)}
+    upstream = ("--upstream", "http://127.0.0.1:9", "--port", str(free_port()))
+    result = canvasread("serve", *upstream, "--tokenizer", tokenizer, env=hub, timeout=45)
+    assert_one_line_error(result, *expected)
+    assert result.stdout == ""  # no banner: it never bound
+
+
+def test_a_checkpoint_hub_id_that_cannot_be_found_stops_serve_before_it_binds(tmp_path: Path) -> None:
+    hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path)}
+    result = canvasread("serve", "--model", "org/checkpoint", "--port", str(free_port()), env=hub, timeout=45)
+    assert_one_line_error(result, "checkpoint 'org/checkpoint' is not a folder and not cached")

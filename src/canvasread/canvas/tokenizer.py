@@ -8,7 +8,15 @@ share it, and tests can reason about the real Gemma vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
+
+from canvasread.errors import ModelNotFound
+
+# One request to the hub, when a hub id is not cached: long enough for a slow link, short of its retries' ~50 s.
+HUB_TIMEOUT_S = 10.0
+# The file every tokenizer folder (and cached hub repository) holds.
+TOKENIZER_FILE = "tokenizer_config.json"
 
 
 class Tokenizer(Protocol):
@@ -49,8 +57,10 @@ class HFTokenizer:
 
     @classmethod
     def load(cls, name_or_path: str) -> HFTokenizer:
+        """The tokenizer of a folder or hub id; one that cannot be found fails at once (see `locate`)."""
         from transformers import AutoTokenizer
 
+        locate(name_or_path)
         return cls(AutoTokenizer.from_pretrained(name_or_path))
 
     @property
@@ -80,3 +90,43 @@ class HFTokenizer:
             messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
         )
         return str(rendered)
+
+
+def locate(name_or_path: str, marker: str = TOKENIZER_FILE, what: str = "tokenizer") -> None:
+    """Fail fast, in one sentence, for a tokenizer (or checkpoint) that cannot be found: `ModelNotFound`.
+
+    Hugging Face's loader retries an unreachable hub for about 50 s before it says so; a server would then
+    be up with nothing to serve. A path must be a folder holding `marker`; a hub id must be in the local
+    cache, or else exist on the hub, asked once (`HUB_TIMEOUT_S`, no retries), which also tells an
+    unreachable hub (offline, a proxy) from a name that is wrong.
+    """
+    folder = Path(name_or_path).expanduser()
+    if name_or_path.startswith(("/", "./", "../", "~")) or folder.exists():
+        if not (folder / marker).is_file():
+            shown = "no such folder" if not folder.is_dir() else f"the folder has no {marker}"
+            raise ModelNotFound(f"{what} {name_or_path!r} cannot be loaded: {shown}")
+        return
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
+
+    try:
+        if isinstance(try_to_load_from_cache(name_or_path, marker), str):
+            return
+        if constants.HF_HUB_OFFLINE:
+            raise ModelNotFound(f"{what} {name_or_path!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
+        HfApi().model_info(name_or_path, timeout=HUB_TIMEOUT_S)
+    except HFValidationError:
+        raise ModelNotFound(f"{what} {name_or_path!r} is neither a folder nor a hub id (owner/name)") from None
+    except GatedRepoError:
+        raise ModelNotFound(
+            f"{what} {name_or_path!r} is gated on the hub: set HF_TOKEN to a token with access"
+        ) from None
+    except RepositoryNotFoundError:
+        raise ModelNotFound(f"{what} {name_or_path!r} is not a folder, not cached, and not on the hub") from None
+    except ModelNotFound:
+        raise
+    except Exception as error:  # the hub's client raises its own transport errors (httpx's, under another name)
+        raise ModelNotFound(
+            f"{what} {name_or_path!r} is not a folder and not cached, and {constants.ENDPOINT} cannot be reached "
+            f"({type(error).__name__}: {error}); give its folder, or download it first: hf download {name_or_path}"
+        ) from None

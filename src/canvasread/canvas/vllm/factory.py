@@ -16,13 +16,17 @@ import logging
 import time
 
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
+from canvasread.canvas.tokenizer import locate
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.canvas.vllm.settings import VLLM, VllmSettings
 from canvasread.canvas.vllm.thinker import VllmThinker
 from canvasread.extras import require
 from canvasread.types import MAX_STEPS, Capabilities, ModelCard
+from canvasread.upstream.pool import UpstreamModel, UpstreamPool, UpstreamUnavailable
 
 logger = logging.getLogger(__name__)
+# While no upstream serves the model, one log line this often says why (vLLM often starts after canvasread).
+WAIT_LOG_S = 10.0
 
 
 def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings()) -> CanvasBackend:
@@ -34,6 +38,7 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
     A load that fails stops what it started.
     """
     require(("transformers",), "reading through vLLM (the model's tokenizer)", "upstream")
+    locate(settings.tokenizer)  # before the port binds: a tokenizer that cannot be found is one line, exit 1
     where = ", ".join(settings.urls)
     card = ModelCard(
         name=settings.model,
@@ -54,7 +59,7 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
         pool.start()
         logger.info("waiting for an upstream to serve %s (%s)", settings.model, where)
         try:
-            served = pool.wait_for_model(settings.startup_timeout_s)
+            served = _wait_for_upstream(pool, settings.startup_timeout_s)
         except Exception:
             pool.close()
             raise
@@ -85,3 +90,17 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
         )
 
     return CanvasBackend(card, load, reading)
+
+
+def _wait_for_upstream(pool: UpstreamPool, timeout_s: float | None) -> UpstreamModel:
+    """`pool.wait_for_model`, one log line per `WAIT_LOG_S` attempt saying why no upstream serves the model yet."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        remaining = WAIT_LOG_S if deadline is None else min(WAIT_LOG_S, deadline - time.monotonic())
+        try:
+            return pool.wait_for_model(max(0.0, remaining))
+        except UpstreamUnavailable:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            why = pool.health_problem() or "an upstream answers, but does not serve it"
+            logger.warning("no upstream serves %s yet (%s); still trying", pool.model, why)

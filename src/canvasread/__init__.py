@@ -14,7 +14,8 @@ from canvasread.calibration import Calibration
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.vllm.settings import VllmSettings
 from canvasread.catalog import open_decider
-from canvasread.decide import Decider, DeciderSettings, Decision
+from canvasread.decide import Decider, DeciderSettings
+from canvasread.decision import Decision
 from canvasread.errors import (
     BackendFailure,
     BadRequest,

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from canvasread.answers import build_answer
@@ -23,25 +23,13 @@ from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, Re
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.capabilities import check_capabilities
-from canvasread.errors import (
-    CalibrationMismatch,
-    DeadlineExceeded,
-    ModelNotFound,
-    NotReady,
-)
+from canvasread.decision import Decision, StageAnswers
+from canvasread.errors import CalibrationMismatch, CanvasreadError, DeadlineExceeded, ModelNotFound, NotReady
+from canvasread.escalation import Escalation, check_threshold, chosen
 from canvasread.preparing import DEFAULT_PREPARE_WORKERS, PreparePool
 from canvasread.rotation import plan_rotations
 from canvasread.stages.run import DEFAULT_MAX_CONTEXT_BYTES, Stage, StageRun
-from canvasread.types import (
-    DecisionRequest,
-    DecisionResult,
-    Distribution,
-    InputWarning,
-    JSONValue,
-    ModelCard,
-    Question,
-    Usage,
-)
+from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
 from canvasread.wire import parse_request
 
 logger = logging.getLogger(__name__)
@@ -77,8 +65,14 @@ class DeciderSettings:
     aliases: tuple[tuple[str, str], ...] = ()
     max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     prepare_workers: int = DEFAULT_PREPARE_WORKERS
+    # `serve --escalate TARGET --escalate-below P` (`canvasread.escalation`); a request's `escalate` overrides.
+    escalate_to: str | None = None
+    escalate_below: float | None = None
 
     def __post_init__(self) -> None:
+        check_threshold(self.escalate_below, "--escalate-below")
+        if self.escalate_below is not None and self.escalate_to is None:
+            raise ValueError("--escalate-below needs --escalate TARGET: the model to re-ask")
         names = [name for name, _ in self.aliases]
         if any(not name.strip() or not model.strip() for name, model in self.aliases):
             raise ValueError("an alias needs a name and a model: --alias NAME=MODEL")
@@ -103,39 +97,6 @@ class ServedModel:
         return self.backend.card
 
 
-@dataclass(frozen=True)
-class Decision:
-    """One answered request: what the API returns, plus the timings the server logs."""
-
-    model: str
-    answers: dict[str, dict[str, JSONValue]]
-    usage: dict[str, int]
-    elapsed_s: float
-    # Per-question read counts, for backends whose distributions report `reads` (metrics: reads, re-reads).
-    reads: tuple[int, ...] = ()
-    # Questions not read and why (`canvasread.stages.run`); None when no question has `ask_if`.
-    skipped: dict[str, dict[str, JSONValue]] | None = None
-    # What the answers do not honour as sent (parsing's and the model's), each once; the key is absent when none.
-    warnings: tuple[InputWarning, ...] = ()
-
-    def to_json(self) -> dict[str, JSONValue]:
-        body: dict[str, JSONValue] = {"model": self.model, "answers": dict(self.answers), "usage": dict(self.usage)}
-        if self.skipped is not None:
-            body["skipped"] = dict(self.skipped)
-        if self.warnings:
-            body["warnings"] = [warning.to_json() for warning in self.warnings]
-        return body
-
-
-@dataclass(frozen=True)
-class StageAnswers:
-    """One finished stage, as a stream sends it: its answers in question order and the questions it skipped."""
-
-    number: int
-    answers: dict[str, dict[str, JSONValue]]
-    skipped: dict[str, dict[str, JSONValue]]
-
-
 class DecisionRun:
     """One request answered stage by stage (see `canvasread.stages`); without `depends_on` and `ask_if` a
     request is one stage, read exactly as before.
@@ -146,8 +107,15 @@ class DecisionRun:
     thread, then take `decision()`. Stopping the iteration early reads no further stage.
     """
 
-    def __init__(self, served: ServedModel, request: DecisionRequest, settings: DeciderSettings) -> None:
+    def __init__(
+        self,
+        served: ServedModel,
+        request: DecisionRequest,
+        settings: DeciderSettings,
+        escalation: Escalation[ServedModel] | None = None,
+    ) -> None:
         self._served = served
+        self._escalation = escalation
         self._settings = settings
         self._started = time.monotonic()
         self._plan = StageRun(request, settings.max_context_bytes)  # checks references and sizes before any work
@@ -158,47 +126,65 @@ class DecisionRun:
 
     async def stages(self) -> AsyncIterator[StageAnswers]:
         while (stage := await asyncio.to_thread(self._plan.next_stage)) is not None:  # writing answers in: off the loop
-            yield self._record(stage, await self._read(stage.request) if stage.request.questions else None)
+            yield self._record(stage, await self._answered(stage.request) if stage.request.questions else None)
 
     def stages_now(self) -> Iterator[StageAnswers]:
-        backend = self._served.backend
         while (stage := self._plan.next_stage()) is not None:
-            result = None
-            if stage.request.questions:
-                rotations = plan_rotations(stage.request)
-                [read] = backend.decide([backend.prepare(rotations.request)])
-                assert read is not None, "a synchronous caller never leaves, so no job is left off"
-                result = rotations.fold(read)
-            yield self._record(stage, result)
+            yield self._record(stage, self._answered_now(stage.request) if stage.request.questions else None)
 
-    async def _read(self, request: DecisionRequest) -> DecisionResult:
+    async def _answered(self, request: DecisionRequest) -> DecisionResult:
+        """The stage's calibrated answers, those its model is unsure of re-asked (`canvasread.escalation`)."""
+        result = await self._read(self._served, request)
+        if (escalation := self._escalation) is None or not (low := escalation.low(request, result)):
+            return result if escalation is None else escalation.settle(request, result, (), None)
+        try:
+            again = await self._read(escalation.target, escalation.request_for(request, low))
+        except CanvasreadError as error:
+            return escalation.settle(request, result, low, error)
+        return escalation.settle(request, result, low, again)
+
+    def _answered_now(self, request: DecisionRequest) -> DecisionResult:
+        result = self._read_now(self._served, request)
+        if (escalation := self._escalation) is None or not (low := escalation.low(request, result)):
+            return result if escalation is None else escalation.settle(request, result, (), None)
+        try:
+            again = self._read_now(escalation.target, escalation.request_for(request, low))
+        except CanvasreadError as error:
+            return escalation.settle(request, result, low, error)
+        return escalation.settle(request, result, low, again)
+
+    @staticmethod
+    def _read_now(served: ServedModel, request: DecisionRequest) -> DecisionResult:
+        backend = served.backend
         rotations = plan_rotations(request)
-        work = functools.partial(self._served.backend.prepare, rotations.request)
-        prepare = functools.partial(self._served.preparing.run, work)
+        [read] = backend.decide([backend.prepare(rotations.request)])
+        assert read is not None, "a synchronous caller never leaves, so no job is left off"
+        return _calibrated(served.calibration, request, rotations.fold(read))
+
+    async def _read(self, served: ServedModel, request: DecisionRequest) -> DecisionResult:
+        rotations = plan_rotations(request)
+        work = functools.partial(served.backend.prepare, rotations.request)
+        prepare = functools.partial(served.preparing.run, work)
         limit = self._settings.timeout_s
         try:
             left = None if limit is None else self._started + limit - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError
-            result = await asyncio.wait_for(self._served.queue.submit(prepare), left)
+            result = await asyncio.wait_for(served.queue.submit(prepare), left)
         except TimeoutError:
             raise DeadlineExceeded(f"no answer within {limit:g}s; the request was dropped") from None
-        return rotations.fold(result)
+        return _calibrated(served.calibration, request, rotations.fold(result))
 
     def _record(self, stage: Stage, result: DecisionResult | None) -> StageAnswers:
         answers = {}
         if result is not None:
-            for question, read in zip(stage.request.questions, result.distributions, strict=True):
-                distribution = calibrate(self._served.calibration, question, read)
+            for question, distribution in zip(stage.request.questions, result.distributions, strict=True):
                 self._plan.record(question.key, distribution)
                 answers[question.key] = self._answer(question, distribution, stage.number)
-                if read.reads is not None:
-                    self._reads.append(read.reads)
+                if distribution.reads is not None:
+                    self._reads.append(distribution.reads)
             self._warnings.update(dict.fromkeys(result.warnings))
-            used = result.usage
-            self._usage = Usage(
-                self._usage.input_tokens + used.input_tokens, self._usage.output_tokens + used.output_tokens
-            )
+            self._usage = self._usage.plus(result.usage)
         self._answers.update(answers)
         return StageAnswers(stage.number, answers, stage.skipped)
 
@@ -215,7 +201,15 @@ class DecisionRun:
         skipped = {key: self._plan.skipped[key] for key in keys if key in self._plan.skipped}
         usage = {"input_tokens": self._usage.input_tokens, "output_tokens": self._usage.output_tokens}
         elapsed, kept = time.monotonic() - self._started, skipped if self._plan.conditional else None
-        return Decision(self._served.card.name, answers, usage, elapsed, tuple(self._reads), kept, (*self._warnings,))
+        escalation = None if self._escalation is None else self._escalation.usage()
+        reads, warnings = tuple(self._reads), (*self._warnings,)
+        return Decision(self._served.card.name, answers, usage, elapsed, reads, kept, warnings, escalation)
+
+
+def _calibrated(calibration: Calibration | None, request: DecisionRequest, result: DecisionResult) -> DecisionResult:
+    """A read's distributions through the model's calibration, in question order."""
+    pairs = zip(request.questions, result.distributions, strict=True)
+    return replace(result, distributions=tuple(calibrate(calibration, q, d) for q, d in pairs))
 
 
 class Decider:
@@ -235,6 +229,11 @@ class Decider:
             self._models[name] = ServedModel(backend, queue, PreparePool(settings.prepare_workers, name))
         self.default_name = backends[0].card.name
         self._aliases = self._alias_map(settings.aliases)
+        if settings.escalate_to is not None:
+            try:
+                self.resolve(settings.escalate_to)
+            except ModelNotFound as error:
+                raise ValueError(f"--escalate {settings.escalate_to}: {error}") from None
 
     def _alias_map(self, extra: Sequence[tuple[str, str]]) -> dict[str, str]:
         """Alias → served model name; an extra alias may point at a served model or at another alias."""
@@ -380,7 +379,14 @@ class Decider:
 
     def _run(self, served: ServedModel, request: DecisionRequest) -> DecisionRun:
         check_capabilities(served.card, request)
-        return DecisionRun(served, request, self.settings)
+        return DecisionRun(served, request, self.settings, self._escalation(served, request))
+
+    def _escalation(self, served: ServedModel, request: DecisionRequest) -> Escalation[ServedModel] | None:
+        """Where this request's unsure answers go (None: nowhere; a request to the target itself stays there)."""
+        picked = chosen(self.settings.escalate_to, self.settings.escalate_below, request.options)
+        if picked is None or (target := self.resolve(picked[0])) is served:
+            return None
+        return Escalation(served.card.name, target, target.card, picked[1], self._not_ready_reason(target))
 
     def ask(
         self,

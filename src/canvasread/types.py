@@ -96,6 +96,9 @@ class RequestOptions:
     steps: int = 1
     # Tokens the model may write in its thought channel before the reads (None: no thought).
     think: int | None = None
+    # `escalate: {"below": P, "to": MODEL}` (`canvasread.escalation`): re-ask answers less confident than P.
+    escalate_below: float | None = None
+    escalate_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,9 @@ class JobCost:
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,13 @@ class WireAsset(WireModel):
         return self
 
 
+class Escalate(WireModel):
+    """canvasread extension: re-ask of another model the questions answered with less confidence than `below`."""
+
+    below: Annotated[float, Field(ge=0, le=1)] = Field(description="The confidence under which an answer is re-asked.")
+    to: str | None = Field(None, description="The model to re-ask (default: the server's --escalate).")
+
+
 class SystemOneRequest(WireModel):
     """`POST /v1/systemone`. Unknown top-level keys are ignored, as the hosted API does."""
 
@@ -86,6 +93,9 @@ class SystemOneRequest(WireModel):
     order: OrderMode | None = Field(None, description="canvasread extension: default order mode for every question.")
     steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = Field(
         1, description="canvasread extension: denoising steps per read (1..8), every position but the slots pinned."
+    )
+    escalate: Escalate | None = Field(
+        None, description="canvasread extension: re-ask unsure answers of another model ({'below': P, 'to': MODEL})."
     )
 
 
@@ -164,8 +174,15 @@ def parse_request(
     assets = decode_assets(wire.assets or {}, parts or {}, images)
     default_order = wire.order or "as-given"
     questions = tuple(_to_question(key, q, default_order) for key, q in wire.questions.items())
+    escalate = wire.escalate
     options = RequestOptions(
-        samples=wire.samples, seed=wire.seed, diagnostics=wire.diagnostics, steps=wire.steps, think=wire.think
+        samples=wire.samples,
+        seed=wire.seed,
+        diagnostics=wire.diagnostics,
+        steps=wire.steps,
+        think=wire.think,
+        escalate_below=None if escalate is None else escalate.below,
+        escalate_to=None if escalate is None else escalate.to,
     )
     warnings = tuple(InputWarning(loc, f"{what}: {IGNORED[kind]}", kind) for loc, what, kind in _notices(payload))
     return wire.model, DecisionRequest(wire.state, questions, assets, options, warnings)

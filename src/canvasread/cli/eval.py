@@ -47,6 +47,14 @@ Compare = Annotated[
     ),
 ]
 Resamples = Annotated[int, typer.Option(metavar="N", help="With --compare: bootstrap resamples.")]
+Escalate = Annotated[
+    str | None,
+    typer.Option(
+        metavar="TARGET",
+        help="Ask every decision of --model and of TARGET too (in process a model spec, with --url a served name); "
+        "report accuracy, ECE and the share escalated at thresholds 0-1 (escalation.json, .md, .png).",
+    ),
+]
 
 
 def print_report(report: dict[str, Any], written: tuple[Path, ...]) -> None:
@@ -73,6 +81,7 @@ def eval_command(
     seed: Seed = RunOptions.seed,
     compare: Compare = None,
     resamples: Resamples = DEFAULT_RESAMPLES,
+    escalate: Escalate = None,
 ) -> None:
     """Score a model on labelled decisions: accuracy, ECE, Brier, log loss, latency, order stability."""
     from canvasread.eval.pipeline import evaluate
@@ -80,6 +89,9 @@ def eval_command(
     options = RunOptions(data, model, url, api_key, order, concurrency, limit, seed, command_line())
     if compare is not None:
         _compare(options, compare, out, resamples)
+        return
+    if escalate is not None:
+        _escalation(options, escalate, out, calibration)
         return
     done = evaluate(options, out, order_check=order_check, min_confidence=min_confidence, calibration=calibration)
     print_report(done.report, done.written)
@@ -106,3 +118,17 @@ def _compare(options: RunOptions, configurations: list[str], out: Path, resample
         )
     console.print(table)
     console.print(f"{report['paired']} paired decisions; wrote {out / 'compare.json'} and {out / 'compare.md'}")
+
+
+def _escalation(options: RunOptions, target: str, out: Path, calibration: Path | None) -> None:
+    """`eval --escalate TARGET`: the threshold sweep as a table, and the files written."""
+    from canvasread.eval.pipeline import escalation
+
+    done = escalation(options, target, out, calibration=calibration)
+    report = done.report
+    table = Table("below", "escalated", "accuracy", "ECE", title=f"{report['model']} → {report['target']}")
+    for row in report["thresholds"]:
+        share = f"{row['share_escalated']:.1%}"
+        table.add_row(f"{row['below']:.2f}", share, f"{row['accuracy']:.4f}", f"{row['ece']:.4f}")
+    console.print(table)
+    console.print(f"wrote {', '.join(str(path) for path in done.written)}")

@@ -10,6 +10,7 @@ from canvasread import __version__
 from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
 from canvasread.cli.errors import UserError, console, warn
+from canvasread.cli.escalation_flags import EscalationFlags
 from canvasread.cli.options import flag_groups
 from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ModelFlags, ServerFlags
 from canvasread.cli.upstream_flags import UpstreamFlags
@@ -49,11 +50,16 @@ def _server_settings(server: ServerFlags, limits: LimitFlags) -> ServerSettings:
 
 @flag_groups
 def serve(
-    models: ModelFlags, upstream: UpstreamFlags, batching: BatchFlags, server: ServerFlags, limits: LimitFlags
+    models: ModelFlags,
+    upstream: UpstreamFlags,
+    escalation: EscalationFlags,
+    batching: BatchFlags,
+    server: ServerFlags,
+    limits: LimitFlags,
 ) -> None:
     """Start the HTTP server (binds at once; /ready turns 200 when the models have loaded)."""
     wings = upstream.wings()
-    settings = batching.settings(models.aliases(), limits.max_body_bytes)
+    settings = escalation.settings(batching.settings(models.aliases(), limits.max_body_bytes))
     decider = open_decider(
         models.specs(wings),
         settings,

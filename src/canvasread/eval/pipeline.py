@@ -32,7 +32,8 @@ from canvasread.eval.compare import (
     write_comparison,
 )
 from canvasread.eval.dataset import EvalItem, load_items
-from canvasread.eval.plots import PLOT_NEEDS, can_plot, reliability_diagram
+from canvasread.eval.escalation import sweep, write_escalation
+from canvasread.eval.plots import PLOT_NEEDS, can_plot, escalation_plot, reliability_diagram
 from canvasread.eval.report import build_report, write_report
 from canvasread.eval.runner import RunResult, http_asker, local_asker, run_items
 from canvasread.types import OrderMode
@@ -74,21 +75,30 @@ def _local_decider(model: str, calibration: Path | None = None, layout: str | No
 
 
 async def _ask_all(
-    items: list[EvalItem], options: RunOptions, decider: Decider | None, order_check: bool, console: Console
+    items: list[EvalItem],
+    options: RunOptions,
+    decider: Decider | None,
+    order_check: bool,
+    console: Console,
+    extra: dict[str, Any] | None = None,
 ) -> RunResult:
+    """Every item asked of `options.model` (in process: of the decider's default unless `options.model` is
+    served there by name)."""
     settings: dict[str, Any] = {
         "order": options.order,
         "order_check": order_check,
         "concurrency": options.concurrency,
         "seed": options.seed,
         "console": console,
+        "extra": extra,
     }
     if decider is None:
         assert options.url is not None
         async with http_asker(options.url, options.api_key) as asker:
             return await run_items(items, asker, model=options.model, **settings)
+    model = options.model if options.model in {served.card.name for served in decider.served} else "default"
     async with local_asker(decider) as asker:
-        return await run_items(items, asker, model="default", **settings)
+        return await run_items(items, asker, model=model, **settings)
 
 
 def _run_record(options: RunOptions, items: list[EvalItem]) -> dict[str, Any]:
@@ -219,3 +229,30 @@ def compare(
     }
     write_comparison(report, out)
     return report
+
+
+def escalation(
+    options: RunOptions, target: str, out: Path, *, calibration: Path | None = None, console: Console | None = None
+) -> Evaluation:
+    """`eval --escalate TARGET`: every decision asked of the model (escalation off) and of the target, then
+    accuracy, ECE and the share escalated at each threshold (`eval.escalation`), to `out`."""
+    console = console or Console(stderr=True)
+    if options.url is not None and calibration is not None:
+        raise ValueError("--calibration applies in process; for a server, start it with `serve --calibration`")
+    items = load_items(options.data, options.limit)
+    first_decider = second_decider = None
+    if options.url is None:  # one decider each: a decider's batch loops run once
+        first_decider, second_decider = _local_decider(options.model), _local_decider(target)
+        if calibration is not None:
+            loaded = Calibration.load(calibration)
+            served = {served.card.name for served in second_decider.served}
+            (second_decider if loaded.model in served else first_decider).use_calibration(loaded)
+    first = asyncio.run(_ask_all(items, options, first_decider, False, console, {"escalate": {"below": 0}}))
+    second = asyncio.run(_ask_all(items, replace(options, model=target), second_decider, False, console))
+    report = sweep(first.outcomes, second.outcomes, first.model or options.model, second.model or target)
+    report["run"] = {**_run_record(options, items), "escalate": target, "calibration": str(calibration or "") or None}
+    written = write_escalation(report, out)
+    if can_plot():
+        escalation_plot(report, out / "escalation.png")
+        written += (out / "escalation.png",)
+    return Evaluation(report, written)

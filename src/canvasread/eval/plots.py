@@ -64,3 +64,30 @@ def reliability_diagram(bins: Sequence[Mapping[str, Any]], title: str, path: Pat
     bottom.set_xlim(0, 1)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def escalation_plot(report: Mapping[str, Any], path: Path) -> None:
+    """Accuracy and ECE against the threshold, with the share escalated on its own axis (`eval --escalate`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["thresholds"]
+    below = [row["below"] for row in rows]
+    figure, left = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    left.plot(below, [row["accuracy"] for row in rows], marker="o", color="tab:blue", label="accuracy")
+    left.plot(below, [row["ece"] for row in rows], marker="s", color="tab:red", label="ECE")
+    left.set_xlabel("escalate below confidence")
+    left.set_ylabel("accuracy, ECE")
+    left.set_ylim(0, 1.05)
+    right = left.twinx()
+    shares = [row["share_escalated"] for row in rows]
+    right.plot(below, shares, linestyle="--", color="grey", label="share escalated")
+    right.set_ylabel("share escalated")
+    right.set_ylim(0, 1.05)
+    handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    left.legend(handles=handles, loc="lower right", fontsize=8)
+    left.set_title(f"{report['model']} → {report['target']}: n={report['n']}", fontsize=9)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -125,14 +125,20 @@ def reordered_questions(item: EvalItem, seed: int) -> list[dict[str, Any]]:
 class _Session:
     """What every ask of one run shares: where to ask, how, and what came back."""
 
-    def __init__(self, asker: Asker, model: str, order: OrderMode | None) -> None:
+    def __init__(self, asker: Asker, model: str, order: OrderMode | None, extra: dict[str, Any]) -> None:
         self.asker = asker
         self.model = model
         self.order = order
+        self.extra = extra
         self.served_model: str | None = None
 
     async def ask(self, item: EvalItem, question: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        body: dict[str, Any] = {"model": self.model, "state": item.state, "questions": {"decision": question}}
+        body: dict[str, Any] = {
+            **self.extra,
+            "model": self.model,
+            "state": item.state,
+            "questions": {"decision": question},
+        }
         if self.order is not None:
             body["order"] = self.order
         started = time.perf_counter()
@@ -164,9 +170,13 @@ async def run_items(
     concurrency: int = 8,
     seed: int = 0,
     console: Console | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Ask every item, at most `concurrency` at a time, with a progress bar; failures are kept, not raised."""
-    session = _Session(asker, model, order)
+    """Ask every item, at most `concurrency` at a time, with a progress bar; failures are kept, not raised.
+
+    `extra` are extension keys sent with every request (`escalate: {"below": 0}` keeps a server's escalation off).
+    """
+    session = _Session(asker, model, order, extra or {})
     slots = asyncio.Semaphore(concurrency)
     outcomes: list[Outcome] = []
     failures: list[Failure] = []

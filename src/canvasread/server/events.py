@@ -27,7 +27,8 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from canvasread.decide import DecisionRun, StageAnswers
+from canvasread.decide import DecisionRun
+from canvasread.decision import StageAnswers
 from canvasread.errors import BackendFailure, CanvasreadError
 from canvasread.server.disconnect import cancel_on_disconnect
 from canvasread.server.observe import Exchange

@@ -97,6 +97,12 @@ class ServerMetrics:
             ["model"],
             registry=self.registry,
         )
+        self.escalated = Counter(
+            "canvasread_escalated_questions",
+            "Questions re-asked of another model because the first answer was unsure (escalation), by both models.",
+            ["model", "target"],
+            registry=self.registry,
+        )
         Info("canvasread_build", "The canvasread version serving.", registry=self.registry).info(
             {"version": __version__}
         )
@@ -118,6 +124,10 @@ class ServerMetrics:
         if decision.reads:
             self.reads.labels(model).observe(max(decision.reads))
             self.rereads.labels(model).inc(sum(1 for reads in decision.reads if reads > 1))
+        if decision.escalation is not None:
+            self.escalated.labels(model, str(decision.escalation["model"])).inc(
+                float(str(decision.escalation["questions"]))
+            )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

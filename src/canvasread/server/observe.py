@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from canvasread.decide import Decision
+from canvasread.decision import Decision
 from canvasread.types import DecisionRequest
 
 UNMATCHED_ROUTE = "unmatched"

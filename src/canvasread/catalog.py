@@ -10,6 +10,7 @@ serves the embedded default without them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -22,6 +23,10 @@ from canvasread.canvas.tokenizer import locate
 from canvasread.decide import DEFAULT_ALIASES, Decider, DeciderSettings
 from canvasread.errors import ModelNotFound, NotReady
 from canvasread.extras import require
+
+# What a DiffusionGemma checkpoint's config.json says it is, and the files that hold weights.
+CHECKPOINT_TYPE = "diffusion_gemma"
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
 
 
 class Wing(Protocol):
@@ -47,8 +52,12 @@ def _sparrow(spec: str, limits: SparrowLimits) -> SparrowBackend:
     return backend
 
 
-def _check_local_checkpoint(spec: str) -> None:
-    """A spec written as a path (or naming something that exists) must be a checkpoint folder; else a hub id."""
+def _check_local_checkpoint(spec: str, weights: bool) -> None:
+    """A spec written as a path (or naming something that exists) must be a checkpoint folder; else a hub id.
+
+    What a folder must hold to load at all is checked here, before the port binds: a DiffusionGemma config,
+    a tokenizer and (unless the weights are drawn at random) weights.
+    """
     folder = Path(spec)
     if not (spec.startswith(("/", "./", "../")) or folder.exists()):
         return
@@ -56,6 +65,15 @@ def _check_local_checkpoint(spec: str) -> None:
         raise ModelNotFound(f"no checkpoint folder {spec!r}: give a DiffusionGemma folder, a hub id or a sparrow name")
     if not (folder / "config.json").is_file():
         raise ModelNotFound(f"{spec} has no config.json: it is not a DiffusionGemma checkpoint folder")
+    try:
+        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        raise ModelNotFound(f"{spec}/config.json is not a JSON object: the checkpoint cannot load") from None
+    if model_type != CHECKPOINT_TYPE:
+        raise ModelNotFound(f"{spec} holds a {model_type!r} model, not DiffusionGemma (model_type {CHECKPOINT_TYPE!r})")
+    locate(spec)
+    if weights and not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise ModelNotFound(f"{spec} has no weights ({', '.join(WEIGHT_FILES)}); --random-weights draws them")
 
 
 def backends_for(
@@ -77,7 +95,7 @@ def backends_for(
     spec = DEFAULT_SPARROW_MODEL if spec in DEFAULT_ALIASES else spec
     if is_sparrow_model(spec):
         return [_sparrow(spec, sparrow)]
-    _check_local_checkpoint(spec)
+    _check_local_checkpoint(spec, weights=engine.random_init_std is None)
     require(("torch", "transformers"), f"serving {spec!r}", "diffusion")
     locate(spec, "config.json", "checkpoint")  # a hub id that is neither cached nor on the hub: one line, at once
     from canvasread.canvas.engine.factory import checkpoint_backends

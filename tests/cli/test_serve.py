@@ -85,3 +85,34 @@ def test_a_checkpoint_hub_id_that_cannot_be_found_stops_serve_before_it_binds(tm
     hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path)}
     result = canvasread("serve", "--model", "org/checkpoint", "--port", str(free_port()), env=hub, timeout=45)
     assert_one_line_error(result, "checkpoint 'org/checkpoint' is not a folder and not cached")
+
+
+def copy_without(source: Path, target: Path, *names: str) -> Path:
+    target.mkdir()
+    for path in source.iterdir():
+        if path.name not in names:
+            (target / path.name).symlink_to(path)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("left_out", "expected"),
+    [
+        (("tokenizer_config.json",), "the folder has no tokenizer_config.json"),
+        (("model.safetensors",), "has no weights"),
+    ],
+    ids=["no-tokenizer", "no-weights"],
+)
+def test_a_checkpoint_folder_that_can_never_load_stops_serve_before_it_binds(
+    tiny_checkpoint: Path, tmp_path: Path, left_out: tuple[str, ...], expected: str
+) -> None:
+    folder = copy_without(tiny_checkpoint, tmp_path / "checkpoint", *left_out)
+    result = canvasread("serve", "--model", str(folder), "--port", str(free_port()), timeout=60)
+    assert_one_line_error(result, expected)
+    assert result.stdout == ""
+
+
+def test_a_config_of_another_model_stops_serve_before_it_binds(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    result = canvasread("serve", "--model", str(tmp_path), "--port", str(free_port()), timeout=60)
+    assert_one_line_error(result, "holds a 'llama' model, not DiffusionGemma")

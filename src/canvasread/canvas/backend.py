@@ -25,7 +25,7 @@ from canvasread.canvas.prompt import EncodedPrompt, ImageTokens
 from canvasread.canvas.reader import CanvasRead, Reader, ReaderWithCounters, Slot, StepLimitedReader
 from canvasread.canvas.readout import SlotReading, combine, needs_another_read, normalised_entropy, slot_reading
 from canvasread.canvas.span_search import SpanSearch, search_all
-from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens, markers_for
+from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens, blank_markers
 from canvasread.canvas.thinker import (
     Thinker,
     Thought,
@@ -35,7 +35,7 @@ from canvasread.canvas.thinker import (
     with_thought,
 )
 from canvasread.canvas.tokenizer import Tokenizer
-from canvasread.errors import InvalidRequest
+from canvasread.errors import FieldProblem, InvalidRequest
 from canvasread.kinds import KINDS, kind_of
 from canvasread.kinds.base import as_text
 from canvasread.types import (
@@ -116,7 +116,10 @@ class CanvasBackend:
         self._runtime: CanvasRuntime | None = None
         self._planner: Planner | None = None
         self._markers: dict[str, Markers] = {}
+        # Kinds read at a blank that this tokenizer cannot mark, and why (refused; every other kind is read).
+        self._unreadable: dict[str, str] = {}
         self._channel: ThoughtChannel | None = None
+        self._no_channel = "this model cannot think before it reads"
         self._rereads = 0
 
     @property
@@ -156,12 +159,11 @@ class CanvasBackend:
             images=runtime.images,
             layout=self.settings.layout,
         )
-        self._markers = {
-            name: markers_for(runtime.tokenizer, kind.blank, CANVAS_TAIL)
-            for name, kind in KINDS.items()
-            if kind.blank is not None
-        }
+        blanks = {name: kind.blank for name, kind in KINDS.items() if kind.blank is not None}
+        self._markers, self._unreadable = blank_markers(runtime.tokenizer, blanks, CANVAS_TAIL)
         self._channel = ThoughtChannel.of(runtime.tokenizer) if runtime.thinker is not None else None
+        if runtime.thinker is not None and self._channel is None:
+            self._no_channel = f"this model cannot think before it reads: {ThoughtChannel.missing(runtime.tokenizer)}"
         self._runtime = runtime
 
     def counters(self) -> dict[str, float]:
@@ -173,6 +175,15 @@ class CanvasBackend:
     def prepare(self, request: DecisionRequest) -> CanvasJob:
         """Plan on the request's own thread, so a question that cannot be labelled never reaches a batch."""
         assert self._planner is not None, "prepare() before load()"
+        unreadable = [
+            FieldProblem(
+                ("questions", q.key, q.kind), f"model {self._card.name} cannot answer {q.kind} questions: {why}"
+            )
+            for q in request.questions
+            if (why := self._unreadable.get(q.kind)) is not None
+        ]
+        if unreadable:
+            raise InvalidRequest(unreadable)
         seed = request.options.seed if request.options.seed is not None else secrets.randbits(63)
         plan = self._planner.plan(request)
         state = None
@@ -180,7 +191,7 @@ class CanvasBackend:
             state = StateTokens.of(self._planner.tokenizer, as_text(request.state))
         job = CanvasJob(request, plan, seed, state)
         if request.options.think is not None:
-            refusal = "this model cannot think before it reads" if self._channel is None else None
+            refusal = self._no_channel if self._channel is None else None
             refusal = refusal or think_refusal(request, job.plan, self.settings.layout, self._planner.max_positions)
             if refusal is not None:
                 raise InvalidRequest.at(("think",), refusal)

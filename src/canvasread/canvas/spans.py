@@ -203,6 +203,24 @@ def markers_for(tokenizer: Tokenizer, blank: Blank, end_text: str) -> Markers:
     return Markers(stop=stop, ends=(separator, stop), separator=separator)
 
 
+def blank_markers(
+    tokenizer: Tokenizer, blanks: Mapping[str, Blank], end_text: str
+) -> tuple[dict[str, Markers], dict[str, str]]:
+    """Each blank kind's markers, and why this tokenizer cannot read the others (a marker that is not one token).
+
+    A tokenizer without `<turn|>` as one token can still read every labelled question: the model loads and
+    only the kinds read at a blank are refused, with the reason.
+    """
+    markers: dict[str, Markers] = {}
+    unreadable: dict[str, str] = {}
+    for name, blank in blanks.items():
+        try:
+            markers[name] = markers_for(tokenizer, blank, end_text)
+        except ValueError as error:
+            unreadable[name] = str(error)
+    return markers, unreadable
+
+
 def _single(tokenizer: Tokenizer, text: str) -> int:
     ids = tokenizer.encode(text)
     if len(ids) != 1:

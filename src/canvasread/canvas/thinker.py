@@ -76,6 +76,12 @@ class ThoughtChannel:
     close_id: int
     stop_ids: tuple[int, ...]
 
+    @staticmethod
+    def missing(tokenizer: Tokenizer) -> str:
+        """Why `of` finds no channel: the markers this tokenizer does not keep as one token each."""
+        split = [text for text in (THOUGHT_CLOSE, END_OF_TURN) if len(tokenizer.encode(text)) != 1]
+        return f"its tokenizer does not keep {' and '.join(split)} as one token, which ends a thought"
+
     @classmethod
     def of(cls, tokenizer: Tokenizer) -> ThoughtChannel | None:
         """The tokenizer's channel, or None when it does not keep both markers as single tokens (no thinking)."""

@@ -71,6 +71,8 @@ def test_a_near_miss_of_a_top_level_key_is_a_warning(sparrow_server: str, key: s
 def test_other_unknown_top_level_keys_stay_ignored_as_the_hosted_api_does(sparrow_server: str) -> None:
     response = post(sparrow_server, body(metadata={"user": "a"}, stream=False, user="u"))
     assert response.status_code == 200 and "warnings" not in response.json()
+    # A client's own key that only looks like one the wire reads, sent beside that key, is its own business.
+    assert warnings_of(sparrow_server, body(seed=1, seeds=[1, 2])) == []
 
 
 @pytest.mark.parametrize("state", ["", "   \n", {}, [], {"text": ""}, [[], {}]])

@@ -189,18 +189,24 @@ def parse_request(
 
 
 def _notices(payload: Any, every_key: bool = False) -> list[tuple[tuple[str | int, ...], str, str]]:
-    """What a request holds that no answer honours: unknown keys (at the top level only near misses, unless
-    `every_key`) and an empty state, each as its place, what it is and its type."""
+    """What a request holds that no answer honours: unknown keys (at the top level only near misses of a key
+    the request does not also hold, unless `every_key`) and an empty state, each as its place, what it is and
+    its type."""
     found = [
         (unknown.loc, _unknown(unknown), "extra_forbidden")
         for unknown in unknown_keys(payload, SystemOneRequest)
-        if every_key or len(unknown.loc) > 1 or unknown.resembles is not None
+        if every_key or len(unknown.loc) > 1 or _slipped(unknown, payload)
     ]
     if isinstance(payload, Mapping) and not payload.get("assets"):  # images may be what the questions are about
         key = "document" if "state" not in payload and "document" in payload else "state"
         if isinstance(payload.get(key), str | dict | list) and is_empty(payload[key]):
             found.append(((key,), "the state is empty (no text to read)", "empty_state"))
     return found
+
+
+def _slipped(unknown: UnknownKey, payload: Mapping[str, Any]) -> bool:
+    """A top-level key that is a slip for one the wire reads, and not a key of the client's own beside it."""
+    return unknown.resembles is not None and unknown.resembles not in payload
 
 
 def _unknown(unknown: UnknownKey) -> str:

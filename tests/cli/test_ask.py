@@ -180,3 +180,12 @@ def test_span_answers_from_a_served_model_print_as_pieces(tiny_server: str, tmp_
         pieces = answer["spans"] if answer["type"] == "spans" else [answer] if answer["found"] else []
         shown = [f"{p['text']!r} at {p['start']}:{p['end']}" for p in pieces] or ["not found"]
         assert all(text in result.stdout for text in shown)
+
+
+def test_the_responses_warnings_are_printed_below_the_table(tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"questions": {"q": {"type": "noul", "instructions": "Refund?", "ask_iff": {}}}}))
+    result = canvasread("ask", "   ", "--file", str(body))
+    assert result.returncode == 0, result.stderr
+    assert "warning: questions.q.noul.ask_iff: unknown key 'ask_iff' (did you mean 'ask_if'?)" in result.stderr
+    assert "warning: state: the state is empty" in result.stderr

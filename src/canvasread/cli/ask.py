@@ -166,6 +166,8 @@ def print_answers(response: dict[str, Any], questions: dict[str, dict[str, Any]]
             console.print(f"diagnostics of {escape(key)}: {escape(json.dumps(answer['diagnostics']))}", soft_wrap=True)
     usage = response["usage"]
     console.print(f"usage: {_count(usage['input_tokens'], 'input')}, {_count(usage['output_tokens'], 'output')}")
+    for warning in response.get("warnings") or ():  # what the answers do not honour as sent, on stderr
+        warn(f"{'.'.join(map(str, warning['loc']))}: {warning['msg']}")
 
 
 def _count(tokens: int, kind: str) -> str:

@@ -17,6 +17,7 @@ from canvasread.cli.bench import bench
 from canvasread.cli.calibrate import calibrate
 from canvasread.cli.errors import guarded, invocation
 from canvasread.cli.eval import eval_command
+from canvasread.cli.mcp import mcp
 from canvasread.cli.models import models
 from canvasread.cli.serve import serve
 
@@ -57,6 +58,7 @@ app.command("eval")(guarded(eval_command))
 app.command()(guarded(calibrate))
 app.command()(guarded(banking77))
 app.command()(guarded(bench))
+app.command()(guarded(mcp))
 app.command()(version)
 
 

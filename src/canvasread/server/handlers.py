@@ -66,6 +66,13 @@ class Handlers:
         seen.decision = decision
         return JSONResponse(decision.to_json())
 
+    async def ask(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A System One request that came another way (the `/mcp` tools): this server's parsing, limits, models."""
+        config = self.config
+        model, decision_request = parse_request(body, None, config.images, strict=config.strict)
+        check_request(decision_request, config)
+        return dict((await self.decider.decide(model, decision_request)).to_json())
+
     def _parse(self, raw: bytes, headers: Mapping[str, str]) -> tuple[str, DecisionRequest]:
         config = self.config
         data = decode_content(raw, headers.get("content-encoding", ""), config.max_body_bytes)

@@ -73,6 +73,7 @@ def test_a_shed_request_does_no_work() -> None:
         shed = post(base, "shed")
         assert shed.status_code == 529
         assert shed.json()["detail"]["error_type"] == "overloaded"
+        assert "--max-pending" in shed.json()["detail"]["message"]  # the flag that raises the limit
         assert int(shed.headers["retry-after-ms"]) >= 1 and int(shed.headers["retry-after"]) >= 1
         backend.release.set()
         assert held.result().status_code == 200
@@ -91,6 +92,7 @@ def test_a_deadline_answers_504_and_drops_the_queued_work() -> None:
         queued = post(base, "queued")
         assert queued.status_code == 504
         assert queued.json()["detail"]["error_type"] == "deadline_exceeded"
+        assert "(--timeout)" in queued.json()["detail"]["message"]
         assert held.result().status_code == 504
         backend.release.set()
         assert post(base, "after").status_code == 200

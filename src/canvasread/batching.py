@@ -164,7 +164,8 @@ class BatchQueue(Generic[JobT, ResultT]):
             raise RuntimeError("BatchQueue.start() was not called")
         if self._pending >= self.settings.max_pending:
             raise Overloaded(
-                f"{self.name} has {self._pending} requests in flight (limit {self.settings.max_pending})",
+                f"{self.name} has {self._pending} requests in flight "
+                f"(limit {self.settings.max_pending}, --max-pending)",
                 retry_after_s=self._retry_hint_s(),
             )
         self._pending += 1

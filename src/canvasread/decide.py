@@ -172,7 +172,7 @@ class DecisionRun:
                 raise TimeoutError
             result = await asyncio.wait_for(served.queue.submit(prepare), left)
         except TimeoutError:
-            raise DeadlineExceeded(f"no answer within {limit:g}s; the request was dropped") from None
+            raise DeadlineExceeded(f"no answer within {limit:g}s (--timeout); the request was dropped") from None
         return _calibrated(served.calibration, request, rotations.fold(result))
 
     def _record(self, stage: Stage, result: DecisionResult | None) -> StageAnswers:

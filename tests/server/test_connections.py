@@ -97,6 +97,7 @@ def test_a_stalled_body_is_408(base: str) -> None:
         sock.sendall(f"{head}Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY[:10])
         status, headers, detail = parse_response(read_all(sock))
     assert status == 408 and detail["detail"]["error_type"] == "request_timeout"
+    assert "(--body-timeout)" in detail["detail"]["message"]
     assert detail["detail"]["request_id"] == headers["x-typesafe-request-id"]
 
 

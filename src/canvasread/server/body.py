@@ -77,7 +77,7 @@ async def read_limited(chunks: AsyncIterator[bytes], limit: int, timeout_s: floa
                 if len(buffer) > limit:
                     raise PayloadTooLarge(f"request body is larger than {limit} bytes ({BODY_FLAG})")
     except TimeoutError:
-        raise RequestTimeout(f"the body did not arrive within {timeout_s:g}s") from None
+        raise RequestTimeout(f"the body did not arrive within {timeout_s:g}s (--body-timeout)") from None
     return bytes(buffer)
 
 

@@ -22,13 +22,14 @@ import uvicorn
 from fastapi import FastAPI
 
 from canvasread.backends.base import FunctionBackend, never_gone
-from canvasread.canvas.backend import CanvasBackend, CanvasRuntime
+from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
+from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.decide import Decider
 from canvasread.server.run import uvicorn_config
 from canvasread.settings import ServerSettings
-from canvasread.types import DecisionRequest
+from canvasread.types import DecisionRequest, ModelCard
 from canvasread.upstream.pool import UpstreamPool
 
 
@@ -166,6 +167,18 @@ def canvas_backend(decider: Decider, index: int = 0) -> CanvasBackend:
     """The decider's `index`-th served model's backend, which must be a canvas backend."""
     backend = decider.served[index].backend
     assert isinstance(backend, CanvasBackend), f"{backend!r} is not a canvas backend"
+    return backend
+
+
+def scripted_backend(
+    reader: Reader, tokenizer: Tokenizer, *, settings: ReadSettings = ReadSettings(), **runtime: Any
+) -> CanvasBackend:
+    """A loaded canvas backend reading through `reader` (usually scripted) with `tokenizer`; `runtime` overrides the
+    other `CanvasRuntime` fields (a 64-token canvas, no position limit by default)."""
+    fields: dict[str, Any] = {"canvas_length": 64, "max_positions": None, "fingerprint": "sha256:0", **runtime}
+    card = ModelCard("canvas", "a canvas backend over a scripted reader", "2026-01-01")
+    backend = CanvasBackend(card, lambda: CanvasRuntime(reader, tokenizer, **fields), settings)
+    backend.load()
     return backend
 
 
@@ -324,6 +337,17 @@ class RecordingReader:
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         self.reads.extend(reads)
         return self.inner.read(reads)
+
+
+class FirstLabel:
+    """A reader that puts nearly all of every slot's mass on its first label, and keeps every read it was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[CanvasRead]] = []
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        self.calls.append(list(reads))
+        return [[SlotLogProbs((-0.01, *(-6.0 for _ in slot.label_ids[1:]))) for slot in read.slots] for read in reads]
 
 
 def transformers_denoising(model: Any, read: CanvasRead) -> tuple[Any, list[list[int]]]:

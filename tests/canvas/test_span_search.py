@@ -7,14 +7,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from canvasread.canvas.job import CanvasJob
+from canvasread.canvas.plan import Layout, ReadPlan
+from canvasread.canvas.prompt import EncodedPrompt
 from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
-from canvasread.canvas.span_search import MAX_PIECES, SpanSearch, search_all
-from canvasread.canvas.spans import Markers, StateTokens
+from canvasread.canvas.span_search import MAX_PIECES, SpanSearch, SpanSearcher, search_all
+from canvasread.canvas.spans import SPAN_STEPS, Markers, StateTokens
+from canvasread.types import DecisionRequest, RequestOptions
 
 STOP, SEP = 1000, 1001
 NAME = (7, 8)  # `name:`
 SPANS = Markers(stop=STOP, ends=(SEP, STOP), separator=SEP)
 SPAN = Markers(stop=STOP, ends=(STOP,))
+PROMPT = EncodedPrompt((1, 2, 3), 0)
 # "Ann met Bob and Cy": one token per word.
 STATE = StateTokens("Ann met Bob and Cy", (21, 22, 23, 24, 25), ((0, 3), (3, 7), (7, 11), (11, 15), (15, 18)))
 
@@ -40,11 +45,7 @@ class ListWriter:
 
 def search(reader: ListWriter, markers: Markers, width: int = 16, samples: int = 1) -> SpanSearch:
     canvas = NAME + (0,) * (width - len(NAME))
-
-    def read(ids: tuple[int, ...], slots: tuple[Slot, ...]) -> CanvasRead:
-        return CanvasRead((1, 2, 3), 0, ids, slots)
-
-    found = SpanSearch(markers, STATE, canvas, len(NAME), "digest", 5, samples, read)
+    found = SpanSearch(markers, STATE, canvas, len(NAME), "digest", 5, samples, PROMPT)
     search_all([found], reader, vocab_size=2000)
     return found
 
@@ -82,8 +83,7 @@ def test_the_search_ends_incomplete_when_the_canvas_is_full_or_the_cap_is_reache
     answer = [token for t in many.ids for token in (t, SEP)]
     reader = ListWriter(answer)
     canvas = NAME + (0,) * 60
-    read = lambda ids, slots: CanvasRead((1,), 0, ids, slots)  # noqa: E731
-    capped = SpanSearch(SPANS, many, canvas, len(NAME), "d", 1, 1, read)
+    capped = SpanSearch(SPANS, many, canvas, len(NAME), "d", 1, 1, PROMPT)
     search_all([capped], reader, vocab_size=2000)
     result = capped.distribution({}).found
     assert result is not None and len(result.pieces) == MAX_PIECES and not result.complete
@@ -99,13 +99,21 @@ def test_samples_are_read_with_fresh_noise_and_averaged() -> None:
 
 def test_a_round_reads_every_search_of_the_batch_in_one_reader_call() -> None:
     reader = ListWriter([23, SEP, 21, STOP])
-
-    def read(ids: tuple[int, ...], slots: tuple[Slot, ...]) -> CanvasRead:
-        return CanvasRead((1, 2, 3), 0, ids, slots)
-
     canvas = NAME + (0,) * 14
-    one = SpanSearch(SPAN, STATE, canvas, len(NAME), "a", 5, 1, read)
-    every = SpanSearch(SPANS, STATE, canvas, len(NAME), "b", 5, 1, read)
+    one = SpanSearch(SPAN, STATE, canvas, len(NAME), "a", 5, 1, PROMPT)
+    every = SpanSearch(SPANS, STATE, canvas, len(NAME), "b", 5, 1, PROMPT)
     search_all([one, every], reader, vocab_size=2000)
     assert [len(call) for call in reader.calls] == [2, 1, 1]  # both, then the spans rounds alone
     assert [p.text for p in every.distribution({}).found.pieces] == ["Ann", "Bob"]  # type: ignore[union-attr]
+
+
+def test_a_blank_takes_at_least_the_span_steps_at_most_the_models_and_one_past_the_readers_limit() -> None:
+    def job_steps(steps: int, max_steps: int, limit: int | None = None) -> int:
+        searcher = SpanSearcher(ListWriter([]), 2000, {"span": SPAN}, max_steps, limit)
+        request = DecisionRequest("s", (), options=RequestOptions(steps=steps))
+        job = CanvasJob(request, ReadPlan((), Layout((), (), ())), 0)
+        return searcher.steps(job, STATE)
+
+    assert job_steps(1, 8) == SPAN_STEPS and job_steps(6, 8) == 6 and job_steps(6, 4) == 4
+    distinct = len(STATE.distinct_ids)
+    assert job_steps(6, 8, limit=distinct + 2) == 6 and job_steps(6, 8, limit=distinct + 1) == 1

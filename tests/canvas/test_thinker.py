@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers import post
 
@@ -16,8 +14,8 @@ QUESTIONS = {"refund": {"type": "noul", "instructions": "Is the customer asking 
 
 
 @pytest.fixture(scope="module")
-def channel(tiny_checkpoint: Path) -> ThoughtChannel:
-    found = ThoughtChannel.of(HFTokenizer.load(str(tiny_checkpoint)))
+def channel(tokenizer: HFTokenizer) -> ThoughtChannel:
+    found = ThoughtChannel.of(tokenizer)
     assert found is not None
     return found
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from canvasread.canvas import spans
+from canvasread.canvas import seeds, spans
 from canvasread.canvas.labels import (
     LabelError,
     SlotSpec,
@@ -329,14 +328,13 @@ def noisy_canvas(
 
     Each slot's noise is drawn from a generator seeded by (request seed, read
     number, question digest), so it follows the question's content, not its
-    place: the same seed gives the same answer, and reordering or rotating
-    other questions leaves it alone.
+    place (`canvasread.canvas.seeds`).
     """
     ids = list(canvas.ids)
     for q_index in canvas.questions:
         planned = questions[q_index]
         for index, slot in enumerate(planned.slots):
-            material = f"{seed}|{read}|{planned.digest}" + (f"|{index}" if index else "")
-            rng = random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big"))
-            ids[slot.position] = rng.randrange(vocab_size)
+            ids[slot.position] = seeds.noise(seed, read, planned.digest, *([index] if index else [])).randrange(
+                vocab_size
+            )
     return tuple(ids)

@@ -100,3 +100,8 @@ class StepLimitedReader(Protocol):
     max_step_label_ids: int
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...
+
+
+def step_label_limit(reader: Reader) -> int | None:
+    """The reader's limit on one multi-step read's label ids (`StepLimitedReader`), None where it has none."""
+    return reader.max_step_label_ids if isinstance(reader, StepLimitedReader) else None

@@ -12,20 +12,26 @@ question of a batch are read together, one reader call per round, against the
 prompts the rest of the request is read with (so a prompt already encoded for
 the other questions is reused).
 
-Noise follows the question's content, as for label slots: blank position k of
-round r of read n is drawn from a generator seeded by (request seed, n,
-question digest, r).
+Noise follows the question's content, as for label slots: the blank of round
+r of read n is drawn from a generator seeded by (request seed, n, question
+digest, r), and a blank read of several steps seeds its draws by its noisy
+canvas (`canvasread.canvas.seeds`). A blank is read with at least `SPAN_STEPS`
+steps (the request's `steps` when more, as many as the model can): its noise
+differs from read to read and round to round, so its draws do too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from canvasread.backends.base import Gone
+from canvasread.canvas import seeds
+from canvasread.canvas.job import CanvasJob
+from canvasread.canvas.plan import PlannedQuestion
+from canvasread.canvas.prompt import EncodedPrompt
 from canvasread.canvas.reader import CanvasRead, Reader, Slot, SlotLogProbs
-from canvasread.canvas.spans import MIN_BLANK, Markers, StateTokens, mean_rows, score_blank
+from canvasread.canvas.spans import MIN_BLANK, SPAN_STEPS, Markers, StateTokens, mean_rows, score_blank
 from canvasread.types import Distribution, Found, JSONValue, Piece
 
 # A spans answer lists at most this many pieces: each is one more round of reads.
@@ -37,7 +43,7 @@ class SpanSearch:
     """One span or spans question of one request, as its rounds go: what is pinned, what was found.
 
     Markers with a separator list pieces (spans: a round per piece, up to `MAX_PIECES`); without one the
-    search ends at the first piece (span).
+    search ends at the first piece (span). Every read is against `prompt`, of `steps` steps.
     """
 
     markers: Markers
@@ -47,7 +53,8 @@ class SpanSearch:
     digest: str
     seed: int
     samples: int
-    read: Callable[[tuple[int, ...], tuple[Slot, ...]], CanvasRead]
+    prompt: EncodedPrompt
+    steps: int = 1
     found: list[tuple[tuple[int, int], float]] = field(default_factory=list)
     stop_confidence: float | None = None
     complete: bool = True
@@ -81,9 +88,11 @@ class SpanSearch:
         slots = tuple(Slot(position, wanted) for position in range(len(pinned), width))
         reads = []
         for read in range(self.samples):
-            material = f"{self.seed}|{read}|{self.digest}|round{len(self.rounds)}"
-            rng = random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big"))
-            reads.append(self.read(tuple(pinned) + tuple(rng.randrange(vocab_size) for _ in slots), slots))
+            rng = seeds.noise(self.seed, read, self.digest, f"round{len(self.rounds)}")
+            ids = tuple(pinned) + tuple(rng.randrange(vocab_size) for _ in slots)
+            step_seed = seeds.derive(self.seed, 0, ids)
+            prompt = self.prompt
+            reads.append(CanvasRead(prompt.ids, prompt.prefix_length, ids, slots, prompt.images, self.steps, step_seed))
         return reads
 
     def record(self, results: Sequence[Sequence[SlotLogProbs]], slots: tuple[Slot, ...]) -> None:
@@ -129,3 +138,53 @@ def search_all(searches: Sequence[SpanSearch], reader: Reader, vocab_size: int) 
             search.record(results[cursor : cursor + len(reads)], reads[0].slots)
             cursor += len(reads)
         active = [search for search in active if not search.done]
+
+
+class SpanSearcher:
+    """The span searches of a batch, for one loaded runtime: which questions are read at a blank, and how.
+
+    Built once per runtime from what does not change per read: the reader, its vocabulary, the blank markers of
+    each kind read at a blank (`Kind.blank`), the model's most steps and the reader's multi-step label-id limit.
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        vocab_size: int,
+        markers: Mapping[str, Markers],
+        max_steps: int,
+        step_label_ids: int | None = None,
+    ) -> None:
+        self._reader = reader
+        self._vocab_size = vocab_size
+        self._markers = dict(markers)
+        self._max_steps = max_steps
+        self._step_label_ids = step_label_ids
+
+    def search(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[dict[int, SpanSearch]]:
+        """Every span question of the batch whose caller still waits, searched to the end; per job, by question."""
+        found: list[dict[int, SpanSearch]] = []
+        for j, job in enumerate(jobs):
+            asked = () if gone(j) else job.plan.questions
+            searches = (self.start(job, planned) for planned in asked)
+            found.append({q: search for q, search in enumerate(searches) if search is not None})
+        search_all([s for searches in found for s in searches.values()], self._reader, self._vocab_size)
+        return found
+
+    def start(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
+        """The question's search before its first round (None: it is not read at a blank)."""
+        markers = self._markers.get(planned.question.kind)
+        if markers is None or job.state is None:
+            return None
+        canvas = job.plan.canvases[planned.canvas]
+        blank = (canvas.ids, planned.position, planned.digest)  # where the blank is, and what seeds its noise
+        prompt = job.read_prompt(canvas)
+        return SpanSearch(markers, job.state, *blank, job.seed, job.first_reads, prompt, self.steps(job, job.state))
+
+    def steps(self, job: CanvasJob, state: StateTokens) -> int:
+        """A blank's steps: at least `SPAN_STEPS` (the request's when more), at most the model's; one past the
+        reader's multi-step limit, since a blank asks the state's distinct ids and at most two markers."""
+        limit = self._step_label_ids
+        if limit is not None and len(state.distinct_ids) + 2 > limit:
+            return 1
+        return min(max(job.request.options.steps, SPAN_STEPS), self._max_steps)

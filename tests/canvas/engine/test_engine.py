@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers import generation_path_logprobs, png
 
-from canvasread.canvas.backend import CanvasBackend, CanvasJob
+from canvasread.canvas.backend import CanvasBackend
+from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.readout import slot_reading
 from canvasread.decide import Decider

@@ -17,8 +17,9 @@ from helpers import canvas_backend, serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
-from canvasread.canvas.backend import CanvasJob, ReadSettings
+from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.layouts import layout_named
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.prompt import THOUGHT_BLOCK

@@ -1,0 +1,101 @@
+"""Preparing a canvas job: plan the request and refuse it here, on its own thread, before it can reach a batch.
+
+Every check that can fail a request runs in `prepare` (issue 27): a kind this
+tokenizer cannot read, a question that cannot be labelled, a state too long
+for the model, a `think` the model or the layout cannot honour, and a
+multi-step canvas past a reader's label-id limit. A batch then only reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from canvasread.canvas.job import CanvasJob
+from canvasread.canvas.plan import Planner
+from canvasread.canvas.seeds import request_seed
+from canvasread.canvas.spans import StateTokens
+from canvasread.canvas.thinking import Thinking
+from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.kinds import kind_of
+from canvasread.kinds.base import as_text
+from canvasread.types import DecisionRequest, JobCost
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The kinds read at a blank that the model's tokenizer cannot mark, and why (`spans.blank_markers`)."""
+
+    model: str
+    why: Mapping[str, str] = field(default_factory=dict)
+
+    def check(self, request: DecisionRequest) -> None:
+        """One 422 naming every question of such a kind; every other kind is read."""
+        problems = [
+            FieldProblem(("questions", q.key, q.kind), f"model {self.model} cannot answer {q.kind} questions: {why}")
+            for q in request.questions
+            if (why := self.why.get(q.kind)) is not None
+        ]
+        if problems:
+            raise InvalidRequest(problems)
+
+
+class JobPlanner:
+    """Turns requests into `CanvasJob`s for one loaded runtime, and prices them for the batch budget.
+
+    `step_label_ids` is the reader's limit on the label ids of one multi-step read (None: no limit; see
+    `canvasread.canvas.reader.StepLimitedReader`).
+    """
+
+    def __init__(
+        self,
+        planner: Planner,
+        thinking: Thinking,
+        step_label_ids: int | None = None,
+        unreadable: Unreadable = Unreadable("this model"),
+    ) -> None:
+        self._planner = planner
+        self._thinking = thinking
+        self._step_label_ids = step_label_ids
+        self._unreadable = unreadable
+
+    def prepare(self, request: DecisionRequest) -> CanvasJob:
+        self._unreadable.check(request)
+        plan = self._planner.plan(request)
+        state = None
+        if any(kind_of(question.kind).blank is not None for question in request.questions):
+            state = StateTokens.of(self._planner.tokenizer, as_text(request.state))
+        job = CanvasJob(request, plan, request_seed(request.options.seed), state)
+        refusal = self._thinking.refusal(request, plan, self._planner.read_layout, self._planner.max_positions)
+        if refusal is not None:
+            raise InvalidRequest.at(("think",), refusal)
+        self._check_step_limit(job)
+        return job
+
+    def _check_step_limit(self, job: CanvasJob) -> None:
+        """A multi-step read past the reader's label-id limit is refused before it queues (a blank past it is read
+        in one step instead: `canvasread.canvas.span_search.SpanSearcher`)."""
+        limit = self._step_label_ids
+        if job.request.options.steps == 1 or limit is None:
+            return
+        for canvas in job.plan.canvases:
+            slots = [slot for q in canvas.questions for slot in job.plan.questions[q].slots]
+            asked = len({token for slot in slots for token in slot.read_ids})
+            if asked > limit:
+                raise InvalidRequest.at(
+                    ("steps",),
+                    f"this model reads a multi-step canvas in one upstream request, which asks at most {limit} label "
+                    f"ids (each request denoises on its own); this canvas asks {asked}: ask with steps 1",
+                )
+
+    @staticmethod
+    def cost(job: CanvasJob) -> JobCost:
+        """The prompts plus every canvas of the first reads (all in one pass), and the images' pixels.
+
+        A thought of N tokens adds its own pass (the prompt and N tokens written) and N tokens to the prompt read.
+        """
+        canvas_tokens = sum(len(canvas.ids) for canvas in job.plan.canvases) * job.first_reads
+        pixels = sum(asset.width * asset.height for asset in job.request.assets.values())
+        think = job.request.options.think or 0
+        thought_tokens = job.plan.prompt_tokens + 2 * think if think else 0
+        return JobCost(job.plan.prompt_tokens + canvas_tokens + thought_tokens, pixels)

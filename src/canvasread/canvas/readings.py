@@ -1,0 +1,85 @@
+"""Label-slot reads: a batch's (job, canvas, read number) reads in one reader call, filed per question and slot.
+
+A read's canvas is the planned canvas with seeded noise at its slots
+(`plan.noisy_canvas`); a multi-step read's own draws are seeded by the noisy
+canvas (`canvasread.canvas.seeds`). Span questions' blanks are read by the
+span search, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
+
+from canvasread.canvas import seeds
+from canvasread.canvas.job import CanvasJob
+from canvasread.canvas.plan import noisy_canvas
+from canvasread.canvas.reader import CanvasRead, Reader, Slot
+from canvasread.canvas.readout import SlotReading, slot_reading
+
+
+class WantedRead(NamedTuple):
+    """One read of one canvas of one job of the batch (`read` numbers the reads of that canvas from 0)."""
+
+    job: int
+    canvas: int
+    read: int
+
+
+class Readings:
+    """Every label slot's readings so far, per (job, question): a list per slot, a reading per read."""
+
+    def __init__(self, jobs: Sequence[CanvasJob]) -> None:
+        self._questions = [len(job.plan.questions) for job in jobs]
+        self._slots: dict[tuple[int, int], list[list[SlotReading]]] = {
+            (j, q): [[] for _ in planned.slots]
+            for j, job in enumerate(jobs)
+            for q, planned in enumerate(job.plan.questions)
+        }
+
+    def of(self, job: int, question: int) -> list[list[SlotReading]]:
+        """The question's readings, slot by slot (empty lists for a question not read at slots)."""
+        return self._slots[(job, question)]
+
+    def by_question(self, job: int) -> list[list[list[SlotReading]]]:
+        """The job's readings, question by question (each as `of` gives it)."""
+        return [self._slots[(job, q)] for q in range(self._questions[job])]
+
+    def add(self, job: int, question: int, slot: int, reading: SlotReading) -> None:
+        self._slots[(job, question)][slot].append(reading)
+
+
+class SlotReads:
+    """Reads label slots through one reader, for a tokenizer's vocabulary (the noise's range)."""
+
+    def __init__(self, reader: Reader, vocab_size: int) -> None:
+        self._reader = reader
+        self._vocab_size = vocab_size
+
+    def read(
+        self,
+        jobs: Sequence[CanvasJob],
+        wanted: Sequence[WantedRead],
+        readings: Readings,
+        only: Collection[tuple[int, int]] | None = None,
+    ) -> None:
+        """Read `wanted` in one reader call and file the slots' readings (with `only`, just those (job, question)s)."""
+        reads = [self.canvas_read(jobs[w.job], w.canvas, w.read) for w in wanted]
+        for w, slots in zip(wanted, self._reader.read(reads), strict=True):
+            results = iter(slots)
+            plan = jobs[w.job].plan
+            for q in plan.canvases[w.canvas].questions:
+                for s, slot in enumerate(plan.questions[q].slots):
+                    logprobs = next(results)
+                    if only is None or (w.job, q) in only:
+                        readings.add(w.job, q, s, slot_reading(*slot.split(logprobs.label_logprobs)))
+
+    def canvas_read(self, job: CanvasJob, canvas_index: int, read: int) -> CanvasRead:
+        """Read number `read` of the job's canvas: its noisy ids, its slots, its prompt, `steps` and their seed."""
+        canvas = job.plan.canvases[canvas_index]
+        questions = job.plan.questions
+        ids = noisy_canvas(canvas, questions, vocab_size=self._vocab_size, seed=job.seed, read=read)
+        slots = tuple(Slot(slot.position, slot.read_ids) for q in canvas.questions for slot in questions[q].slots)
+        prompt = job.read_prompt(canvas)
+        steps, seed = job.request.options.steps, seeds.derive(job.seed, read, ids)
+        return CanvasRead(prompt.ids, prompt.prefix_length, ids, slots, prompt.images, steps, seed)

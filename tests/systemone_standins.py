@@ -9,7 +9,8 @@ peer's own dialect, as read in its source.
   (`yes`/`no`) and `confidence`.
 - `sglang`: SGLang 0.5.23 `sglang/srt/entrypoints/systemone/`: unknown top-level keys ignored, questions
   `extra="forbid"`, 1–255 options with distinct non-blank names, 1–10 non-blank levels, values str/object/
-  array only, a noul needs something to ask; validation errors are FastAPI's 422 list (no `input`); answers
+  array only, a noul needs something to ask; validation errors are FastAPI's 422 list (no `input`), a
+  tokenizer without two-letter labels refuses more than 26 options (400, SGLang's flat error); answers
   carry `x_label_mass`, a noul only `noul`.
 - `jev`: the hosted API as typesafe-sdk reads it: numbers rounded to 2 decimals, 529 when full, errors
   `{"detail": ...}`, models `{"models": [{"name", ...}]}`, no `/health`.
@@ -50,6 +51,8 @@ class Peer:
     model: str = "decider"
     api_key: str | None = None
     full: int = 0
+    # SGLang labels options past 26 only when the tokenizer has two-letter labels (else a 400).
+    pair_labels: bool = True
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -180,6 +183,10 @@ def sglang_answer(peer: Peer, body: dict[str, Any]) -> JSONResponse:
         if (problem := sglang_problem(qid, spec)) is not None:
             detail = [{"loc": ["body", "questions", qid], "msg": problem, "type": "value_error"}]
             return JSONResponse({"detail": detail}, 422)
+        if spec["type"] == "choice" and len(spec["criteria"]) > VLLM_LABELS and not peer.pair_labels:
+            message = f"question {qid!r}: more than 26 options needs added tokens the server can read"
+            error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+            return JSONResponse(error, 400)
         kind, criteria, instructions = spec["type"], spec.get("criteria"), spec.get("instructions")
         if kind == "noul":
             answers[qid] = {"type": "noul", "noul": noul_distribution(body["state"], instructions, criteria)[0]}

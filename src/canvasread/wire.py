@@ -99,9 +99,21 @@ class SystemOneRequest(WireModel):
     )
 
 
+class EscalationUsage(WireModel):
+    """The model unsure answers were re-asked of, how many it answered, and its tokens (in the totals too)."""
+
+    model: str
+    questions: int
+    input_tokens: int
+    output_tokens: int
+
+
 class WireUsage(WireModel):
     input_tokens: int
     output_tokens: int
+    escalation: EscalationUsage | None = Field(
+        None, description="canvasread extension, present with escalation on (`escalate`, `serve --escalate`)."
+    )
 
 
 class SkippedQuestion(WireModel):

@@ -45,10 +45,10 @@ def backend_of(decider: Decider) -> SystemOneBackend:
 
 
 @contextmanager
-def front(peer: Peer) -> Iterator[tuple[str, Decider]]:
+def front(peer: Peer, **settings: Any) -> Iterator[tuple[str, Decider]]:
     """canvasread serving the stand-in's model through the wing, over HTTP."""
     with running(peer) as url:
-        decider = wing((url,), peer.dialect)
+        decider = wing((url,), peer.dialect, **settings)
         try:
             with serve_app(create_app(decider, ServerSettings())) as base:
                 yield base, decider
@@ -149,3 +149,31 @@ def test_bad_flags_are_refused_before_anything_runs() -> None:
         SystemOneSettings(urls=("http://peer:8000",), peer="tgi")
     with pytest.raises(ValueError, match="not an http"):
         SystemOneSettings(urls=("peer:8000",))
+
+
+def test_an_sglang_without_two_letter_labels_takes_the_tournament_at_26() -> None:
+    body = {"model": "decider", "state": STATE, "questions": {"desk": {"type": "choice", "criteria": OPTIONS}}}
+    with front(Peer("sglang", pair_labels=False)) as (base, _):
+        refused = httpx.post(base + "/v1/systemone", json=body, timeout=30)
+    peer = Peer("sglang", pair_labels=False)
+    with front(peer, max_options=VLLM_LABELS) as (base, _):
+        answered = httpx.post(base + "/v1/systemone", json=body, timeout=30)
+    assert refused.status_code == 502 and "more than 26 options needs added tokens" in refused.text
+    assert answered.status_code == 200 and answered.json()["answers"]["desk"]["choice"] == "opt57"
+    assert max(len(q["criteria"]) for body in peer.requests for q in body["questions"].values()) <= VLLM_LABELS
+
+
+def test_min_confidence_and_stages_work_on_the_peers_answers() -> None:
+    questions = {
+        "team": {"type": "choice", "criteria": {"billing": None, "technical": None}},
+        "refund": {"type": "noul", "instructions": "Does the customer want a refund?", "ask_if": {"team": ["billing"]}},
+        "sales": {"type": "noul", "instructions": "Is it a sale?", "ask_if": {"team": ["technical"]}},
+        "unsure": {"type": "choice", "criteria": {"red": None, "blue": None}, "min_confidence": 0.99},
+    }
+    with front(Peer("vllm")) as (base, _):
+        reply = httpx.post(base + "/v1/systemone", json={"model": "decider", "state": STATE, "questions": questions})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["answers"]["team"]["choice"] == "billing" and "refund" in body["answers"]
+    assert body["skipped"]["sales"]["reason"] == "condition_not_met"
+    assert body["answers"]["unsure"]["abstain"] is True

@@ -53,6 +53,15 @@ UpstreamName = Annotated[
         help="The name --upstream-systemone's model is served under here (default: --upstream-model).",
     ),
 ]
+UpstreamMaxOptions = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        rich_help_panel=UPSTREAM,
+        help="Options per choice --upstream-systemone is asked at once (default: the peer's cap); more go "
+        "through a tournament of groups. Use 26 for an SGLang whose tokenizer has no two-letter labels.",
+    ),
+]
 UpstreamModel = Annotated[
     str, typer.Option(metavar="NAME", rich_help_panel=UPSTREAM, help="The name the upstream serves it under.")
 ]
@@ -93,6 +102,7 @@ class UpstreamFlags:
     upstream_systemone: SystemOneUpstreams = None
     upstream_peer: Peer = SystemOneSettings.peer
     upstream_name: UpstreamName = None
+    upstream_max_options: UpstreamMaxOptions = None
     upstream_model: UpstreamModel = VllmSettings.model
     tokenizer: Tokenizer = None
     upstream_canvas_length: CanvasLength = VllmSettings.canvas_length
@@ -112,6 +122,7 @@ class UpstreamFlags:
                     model=self.upstream_model,
                     peer=self.upstream_peer,
                     name=self.upstream_name,
+                    max_options=self.upstream_max_options,
                     timeout_s=self.upstream_timeout,
                     concurrency=self.upstream_concurrency,
                     api_key=self.upstream_api_key,

@@ -57,7 +57,7 @@ class SystemOneBackend:
         self.settings = settings
         self.peer = PEERS[settings.peer]
         capabilities = Capabilities(
-            max_options=min(MOST_OPTIONS, max_options(self.peer.max_options)), max_levels=MAX_LEVELS
+            max_options=min(MOST_OPTIONS, max_options(settings.options_per_call)), max_levels=MAX_LEVELS
         )
         where = ", ".join(settings.urls)
         self._card = ModelCard(
@@ -121,7 +121,9 @@ class SystemOneBackend:
 
     def prepare(self, request: DecisionRequest) -> SystemOneJob:
         """Plan each question against the peer's caps (the capabilities check has bounded what it may hold)."""
-        return SystemOneJob(request.state, tuple(QuestionPlan.of(q, self.peer.max_options) for q in request.questions))
+        return SystemOneJob(
+            request.state, tuple(QuestionPlan.of(q, self.settings.options_per_call) for q in request.questions)
+        )
 
     def decide(self, jobs: Sequence[SystemOneJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         """Two rounds at most (groups, then finals), each one set of concurrent calls over the whole batch."""

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 from canvasread.systemone.peers import PEERS
 from canvasread.upstream.settings import UpstreamSettings
 
+# A tournament over groups of 16 reaches 16² = 256 options, past canvasread's 255.
+MIN_OPTIONS_PER_CALL = 16
+
 if TYPE_CHECKING:
     from canvasread.backends.base import AnyBackend
     from canvasread.canvas.backend import ReadSettings
@@ -29,6 +32,9 @@ class SystemOneSettings(UpstreamSettings):
 
     peer: str = "jev"
     name: str | None = None
+    # Options per choice the peer is asked at once (None: its documented cap). Lower it for an SGLang whose
+    # tokenizer has no two-letter labels (it then refuses past 26): the rest goes through the tournament.
+    max_options: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -36,6 +42,17 @@ class SystemOneSettings(UpstreamSettings):
             raise ValueError(f"--upstream-peer must be one of {', '.join(PEERS)}, not {self.peer!r}")
         if self.name is not None and not self.name.strip():
             raise ValueError("--upstream-name must not be empty")
+        cap = PEERS[self.peer].max_options
+        if self.max_options is not None and not MIN_OPTIONS_PER_CALL <= self.max_options <= cap:
+            raise ValueError(
+                f"--upstream-max-options must be between {MIN_OPTIONS_PER_CALL} and {cap} (what a {self.peer} peer "
+                "labels)"
+            )
+
+    @property
+    def options_per_call(self) -> int:
+        """Options per choice the peer is asked at once."""
+        return self.max_options or PEERS[self.peer].max_options
 
     @property
     def served_name(self) -> str:

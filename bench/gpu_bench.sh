@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights and sweep
-# it over HTTP, for the standard and the cold-prompt workloads (and, in bf16, the think workload: a 32-token
-# thought before the reads, so its extra cost is measured; THINK=0 skips it; and the span workload: the standard
-# questions plus a span question on a blank canvas of its own; SPAN=0 skips it; and the steps4 workload: the
-# standard one read with steps 4, three pinned denoising steps before each read; STEPS=0 skips it), in bf16 (fused engine + naive baseline on the
-# same model instance) and with FP8 experts. Writes one results JSON per (quantization, workload) into OUT.
-# QUANTIZATIONS="fp8-experts" runs only the FP8 half.
+# it over HTTP, one results JSON per (quantization, workload) into OUT. In bf16 the workloads of
+# BF16_WORKLOADS run in order on one server (default: mixed standard cold span steps4 think; mixed first, on
+# the fresh server, with no warm-up level; NAIVE=1 also serves the naive baseline and sweeps it on standard);
+# with FP8 experts, standard and cold. QUANTIZATIONS="fp8-experts" runs only the FP8 half. The workloads are
+# described in src/canvasread/tools/bench.py and mixed.py.
 # Usage on the GPU machine, from the repo root, with the wheels (.whl) and the model folder carried:
 #   bash bench/gpu_bench.sh .cache/gpu/dgemma "$OUT"
 set -euo pipefail
@@ -39,14 +38,20 @@ sweep() {  # sweep QUANTIZATION WORKLOAD EXTRA...
 }
 trap 'kill $server 2>/dev/null || true' EXIT
 if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
-    serve bf16 --naive-baseline
-    sweep bf16 standard --baseline "$name-naive" --baseline-levels 1,4
-    sweep bf16 cold
-    if [[ ${SPAN:-1} != 0 ]]; then sweep bf16 span --levels "${SPAN_LEVELS:-1,4,16}"; fi
-    if [[ ${STEPS:-1} != 0 ]]; then sweep bf16 steps4 --levels "${STEPS_LEVELS:-1,4,16}"; fi
-    # Last: a thought is a whole diffusion generation per request (seconds), so a call that runs out of time
-    # still has every other row.
-    if [[ ${THINK:-1} != 0 ]]; then sweep bf16 think --levels "${THINK_LEVELS:-1,4}"; fi
+    serve bf16 ${NAIVE:+--naive-baseline}
+    # mixed first, on the fresh server: what its first users see, first minute included (no warm-up level).
+    # think last: a thought is a whole diffusion generation per request (seconds), so a call that runs out of
+    # time still has every other row.
+    for workload in ${BF16_WORKLOADS:-mixed standard cold span steps4 think}; do
+        case $workload in
+            mixed) sweep bf16 mixed --fresh --levels "${MIXED_LEVELS:-1,2,4,8,16,32,64,128}" ;;
+            standard) sweep bf16 standard ${NAIVE:+--baseline "$name-naive" --baseline-levels 1,4} ;;
+            span) sweep bf16 span --levels "${SPAN_LEVELS:-1,4,16}" ;;
+            steps4) sweep bf16 steps4 --levels "${STEPS_LEVELS:-1,4,16}" ;;
+            think) sweep bf16 think --levels "${THINK_LEVELS:-1,4}" ;;
+            *) sweep bf16 "$workload" ;;
+        esac
+    done
     kill $server; wait $server || true
 fi
 if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" fp8-experts "* ]]; then

@@ -187,6 +187,47 @@ def test_a_full_queue_sheds_before_preparing() -> None:
     asyncio.run(scenario())
 
 
+def test_a_request_that_would_wait_past_the_queue_delay_is_shed_before_preparing() -> None:
+    """At the measured rate (here set: one job a second), 2 jobs ahead is a 2 s wait: past 1.5 s, so shed."""
+
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_queue_delay_s=1.5))
+        queue.start()
+        queue.stats.recent.extend([(1, 1.0)] * 4)
+        accepted = [asyncio.create_task(queue.submit(ready(job))) for job in ("a", "b")]
+        await until(lambda: queue.pending == 2)
+        prepared: list[str] = []
+
+        async def counted() -> str:
+            prepared.append("c")
+            return "c"
+
+        with pytest.raises(Overloaded, match="--max-queue-delay") as caught:
+            await queue.submit(counted)
+        assert prepared == [] and caught.value.retry_after_s == pytest.approx(0.5)
+        assert queue.stats.shed == 1
+        gate.release.set()
+        assert await asyncio.gather(*accepted) == ["A", "B"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_queue_delay_sheds_nothing_until_the_rate_is_measured() -> None:
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_queue_delay_s=0.0))
+        queue.start()
+        jobs = [asyncio.create_task(queue.submit(ready(job))) for job in "abc"]
+        await until(lambda: queue.pending == 3)
+        gate.release.set()
+        assert await asyncio.gather(*jobs) == ["A", "B", "C"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_failing_batch_is_rerun_job_by_job_so_only_the_poisonous_job_fails() -> None:
     def run(jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
         if "poison" in jobs:

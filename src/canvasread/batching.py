@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,12 +48,21 @@ class BatchSettings:
     # of activations on the CPU engine); 100 M pixels is two 7000x7000 photos decoded at once.
     max_batch_tokens: int = 32_768
     max_batch_pixels: int = 100_000_000
+    # Past saturation a longer queue only adds waiting: a request that would wait longer than this for the
+    # requests ahead of it (at the measured rate) is answered 529 at once, so what is accepted keeps its
+    # latency and the backend keeps its peak rate. None: only `max_pending` sheds.
+    max_queue_delay_s: float | None = 2.0
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_pending, self.max_batch_tokens, self.max_batch_pixels) < 1:
             raise ValueError("max_batch, max_pending, max_batch_tokens and max_batch_pixels must be at least 1")
-        if self.max_wait_s < 0 or self.linger_s < 0:
-            raise ValueError("max_wait_s and linger_s cannot be negative")
+        if self.max_wait_s < 0 or self.linger_s < 0 or (self.max_queue_delay_s or 0) < 0:
+            raise ValueError("max_wait_s, linger_s and max_queue_delay_s cannot be negative")
+
+
+# Batches the served rate is measured over, and how many must have run before it is trusted to shed.
+RATE_WINDOW = 32
+RATE_MIN_BATCHES = 4
 
 
 @dataclass
@@ -62,8 +72,17 @@ class BatchStats:
     batches: int = 0
     jobs: int = 0
     dropped: int = 0
+    shed: int = 0
     busy_s: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
+    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
+
+    def jobs_per_s(self) -> float | None:
+        """Jobs answered per second of work over the last batches (None until enough have run)."""
+        if len(self.recent) < RATE_MIN_BATCHES:
+            return None
+        seconds = sum(s for _, s in self.recent)
+        return sum(n for n, _ in self.recent) / seconds if seconds > 0 else None
 
 
 @dataclass
@@ -163,10 +182,19 @@ class BatchQueue(Generic[JobT, ResultT]):
         if self._queue is None:
             raise RuntimeError("BatchQueue.start() was not called")
         if self._pending >= self.settings.max_pending:
+            self.stats.shed += 1
             raise Overloaded(
                 f"{self.name} has {self._pending} requests in flight "
                 f"(limit {self.settings.max_pending}, --max-pending)",
                 retry_after_s=self._retry_hint_s(),
+            )
+        wait = self._expected_wait_s()
+        if wait is not None and self.settings.max_queue_delay_s is not None and wait > self.settings.max_queue_delay_s:
+            self.stats.shed += 1
+            raise Overloaded(
+                f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
+                f"(limit {self.settings.max_queue_delay_s:g} s, --max-queue-delay)",
+                retry_after_s=min(30.0, max(0.05, wait - self.settings.max_queue_delay_s)),
             )
         self._pending += 1
         self._idle.clear()
@@ -186,6 +214,11 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._pending -= 1
         if not self._pending:
             self._idle.set()
+
+    def _expected_wait_s(self) -> float | None:
+        """How long the requests in flight take to answer at the measured rate (None: not measured yet)."""
+        rate = self.stats.jobs_per_s()
+        return self._pending / rate if rate else None
 
     def _retry_hint_s(self) -> float:
         """Roughly how long the backlog takes to clear, from the measured time per batch."""
@@ -292,6 +325,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self.stats.batches += 1
         self.stats.jobs += size
         self.stats.busy_s += seconds
+        self.stats.recent.append((size, seconds))
         self.stats.batch_sizes.append(size)
         del self.stats.batch_sizes[:-1024]
 

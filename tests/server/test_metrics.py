@@ -36,7 +36,7 @@ class CountingBackend(FunctionBackend):
 
     def __init__(self) -> None:
         super().__init__(rising, name="counting")
-        self.totals = {"reads": 0.0, "rereads": 0.0, "encoder-runs": 0.0}
+        self.totals = {"reads": 0.0, "rereads": 0.0, "encoder-runs": 0.0, "graph_misses/not_captured": 2.0}
 
     def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
         results = []
@@ -126,6 +126,8 @@ def test_decider_series_read_the_queues_and_backend_counters() -> None:
     assert moved(before, after, "canvasread_engine_reads_total", **model) == 15
     assert value(after, "canvasread_engine_rereads_total", **model) == 6
     assert value(after, "canvasread_engine_encoder_runs_total", **model) == 3
+    # "name/reason" counters are one series per reason.
+    assert value(after, "canvasread_engine_graph_misses_total", **model, reason="not_captured") == 2
 
     assert value(after, "canvasread_batches_total", **model) == len(backend.batches)
     assert value(after, "canvasread_batch_jobs_total", **model) == sum(backend.batches) == 3

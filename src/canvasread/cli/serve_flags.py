@@ -117,6 +117,14 @@ Linger = Annotated[
 MaxPending = Annotated[
     int, typer.Option(metavar="N", rich_help_panel=BATCHING, help="Requests in flight per model before answering 529.")
 ]
+MaxQueueDelay = Annotated[
+    float,
+    typer.Option(
+        metavar="SECONDS",
+        rich_help_panel=BATCHING,
+        help="Answer 529 at once when a request would wait longer than this for those ahead of it (0: off).",
+    ),
+]
 Timeout = Annotated[
     float | None, typer.Option(metavar="SECONDS", rich_help_panel=BATCHING, help="Per-request deadline (504 past it).")
 ]
@@ -282,12 +290,19 @@ class BatchFlags:
     max_wait_ms: MaxWait = BatchSettings.max_wait_s * 1000.0
     linger_ms: Linger = BatchSettings.linger_s * 1000.0
     max_pending: MaxPending = BatchSettings.max_pending
+    max_queue_delay: MaxQueueDelay = BatchSettings.max_queue_delay_s or 0.0
     timeout: Timeout = DeciderSettings.timeout_s
     round_to: Round = DeciderSettings.decimals
 
     def settings(self, aliases: tuple[tuple[str, str], ...], max_body_bytes: int) -> DeciderSettings:
         """`depends_on` may write into a request as much as a body may hold (`--max-body-bytes`)."""
-        batch = BatchSettings(self.max_batch, self.max_wait_ms / 1000.0, self.max_pending, self.linger_ms / 1000.0)
+        batch = BatchSettings(
+            self.max_batch,
+            self.max_wait_ms / 1000.0,
+            self.max_pending,
+            self.linger_ms / 1000.0,
+            max_queue_delay_s=self.max_queue_delay or None,
+        )
         return DeciderSettings(self.round_to, batch, self.timeout, aliases, max_context_bytes=max_body_bytes)
 
 

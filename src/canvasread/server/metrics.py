@@ -212,6 +212,11 @@ class DeciderCollector(Collector):
         dropped = CounterMetricFamily(
             "canvasread_batch_dropped_jobs", "Queued requests dropped because their caller had gone.", labels=labels
         )
+        shed = CounterMetricFamily(
+            "canvasread_shed_requests",
+            "Requests answered 529 before any work: past --max-pending, or past --max-queue-delay of waiting.",
+            labels=labels,
+        )
         busy = CounterMetricFamily(
             "canvasread_backend_busy_seconds", "Time the backend spent on batches.", labels=labels
         )
@@ -223,11 +228,12 @@ class DeciderCollector(Collector):
             batches.add_metric([name], stats.batches)
             jobs.add_metric([name], stats.jobs)
             dropped.add_metric([name], stats.dropped)
+            shed.add_metric([name], stats.shed)
             busy.add_metric([name], stats.busy_s)
             folded = self.batch_sizes.setdefault(name, FoldedHistogram())
             folded.fold(stats.batches, stats.batch_sizes)
             sizes.add_metric([name], folded.buckets(), folded.total)
-        return depth, limit, batches, jobs, dropped, busy, sizes
+        return depth, limit, batches, jobs, dropped, shed, busy, sizes
 
     def _backend_counters(self, served: list[ServedModel]) -> Iterable[Metric]:
         families: dict[str, CounterMetricFamily] = {}
@@ -241,12 +247,15 @@ class DeciderCollector(Collector):
                 logger.exception("reading the counters of %s failed", model.card.name)
                 continue
             for key, value in counters.items():
-                name = _metric_name(key)
+                # "name/reason" keys are one counter with a reason label (graph_misses/not_captured).
+                counter, _, reason = key.partition("/")
+                name = _metric_name(counter)
                 family = families.get(name)
                 if family is None:
+                    labels = ["model", "reason"] if reason else ["model"]
                     family = CounterMetricFamily(
-                        f"canvasread_engine_{name}", f"Backend counter {key!r}, total since load.", labels=["model"]
+                        f"canvasread_engine_{name}", f"Backend counter {counter!r}, total since load.", labels=labels
                     )
                     families[name] = family
-                family.add_metric([model.card.name], float(value))
+                family.add_metric([model.card.name, reason] if reason else [model.card.name], float(value))
         return families.values()

@@ -6,14 +6,17 @@ are the same across requests (a noul, a 5-way choice, a 4-level score), read
 once. The cold workload changes the instructions every request (no prefix
 reuse); the think workload asks for a short thought before the reads, and the
 steps4 workload reads each canvas after three pinned denoising steps, so their
-extra cost is measured. Each level runs closed-loop clients for a fixed time through
-`loadgen.drive`; decisions per second count answered questions.
+extra cost is measured. The mixed workload (`mixed.py`) is traffic the engine
+never saw: states of random length, 16 question sets, default options. Each
+level runs closed-loop clients for a fixed time through `loadgen.drive`;
+decisions per second count the questions of answered requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import itertools
 import json
 import platform
@@ -26,6 +29,7 @@ from canvasread.canvas.plan import Planner, noisy_canvas
 from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.eval.metrics import quantile
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
+from canvasread.tools.mixed import mixed_body
 from canvasread.wire import parse_request
 
 QUESTIONS: dict[str, Any] = {
@@ -116,6 +120,7 @@ WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
     "think": think_body,
     "span": span_body,
     f"steps{STEPS}": steps_body,
+    "mixed": mixed_body,
 }
 
 
@@ -151,10 +156,12 @@ class Level:
     p50_ms: float | None
     p95_ms: float | None
     p99_ms: float | None
+    max_ms: float | None
     elapsed_s: float
 
     @classmethod
-    def from_report(cls, concurrency: int, report: LoadReport, questions: int) -> Level:
+    def from_report(cls, concurrency: int, report: LoadReport, decisions: int) -> Level:
+        """`decisions`: the questions the level's answered requests held (workloads vary it per request)."""
         latencies = sorted(1000.0 * s for s in report.latencies_s.get(200, []))
         ok = report.statuses.get(200, 0)
         elapsed = report.elapsed_s or 1e-9
@@ -163,11 +170,12 @@ class Level:
             requests_ok=ok,
             errors=report.sent - ok,
             statuses={str(k): v for k, v in sorted(report.statuses.items())},
-            decisions_per_s=ok * questions / elapsed,
+            decisions_per_s=decisions / elapsed,
             requests_per_s=ok / elapsed,
             p50_ms=_quantile(latencies, 0.50),
             p95_ms=_quantile(latencies, 0.95),
             p99_ms=_quantile(latencies, 0.99),
+            max_ms=latencies[-1] if latencies else None,
             elapsed_s=report.elapsed_s,
         )
 
@@ -185,8 +193,9 @@ def run_sweep(
     api_key: str = "local",
     on_level: Callable[[Level], None] | None = None,
     workload: str = "standard",
+    warm: bool = True,
 ) -> list[Level]:
-    """Run every level in turn (each after a short warm-up at that concurrency)."""
+    """Run every level in turn, each after a short warm-up at that concurrency unless `warm` is off."""
     levels = []
     make = WORKLOADS[workload]
     numbers = itertools.count()  # never the same request twice in a sweep, warm-ups included
@@ -202,14 +211,24 @@ def run_sweep(
             max_requests=concurrency * 2,
             api_key=api_key,
         )
-        asyncio.run(drive(warmup, body, answers_every_question))
+        if warm:
+            asyncio.run(drive(warmup, body, answers_every_question))
         plan = LoadPlan(url, concurrency=concurrency, duration_s=duration_s, api_key=api_key)
-        report = asyncio.run(drive(plan, body, answers_every_question))
-        level = Level.from_report(concurrency, report, len(QUESTIONS))
+        answered: list[int] = []
+        report = asyncio.run(drive(plan, body, functools.partial(_counted, answered)))
+        level = Level.from_report(concurrency, report, sum(answered))
         levels.append(level)
         if on_level is not None:
             on_level(level)
     return levels
+
+
+def _counted(answered: list[int], sent: dict[str, Any], answer: dict[str, Any]) -> bool:
+    """`answers_every_question`, noting the questions of each whole answer in `answered`."""
+    whole = answers_every_question(sent, answer)
+    if whole:
+        answered.append(len(sent["questions"]))
+    return whole
 
 
 def best_within_budget(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGET_MS) -> Level | None:

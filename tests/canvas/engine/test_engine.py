@@ -39,6 +39,18 @@ def many_questions(count: int) -> dict[str, Any]:
     return questions
 
 
+def numbers(response: dict[str, Any]) -> list[float]:
+    """Every probability and value of a response's answers, in order."""
+    found: list[float] = []
+    for answer in response["answers"].values():
+        for value in answer.values():
+            if isinstance(value, float):
+                found.append(value)
+            elif isinstance(value, dict):
+                found += [v for v in value.values() if isinstance(v, float)]
+    return found
+
+
 def backend_of(decider: Decider) -> CanvasBackend:
     backend = decider.served[0].backend
     assert isinstance(backend, CanvasBackend)
@@ -89,8 +101,10 @@ def test_seed_reproduces_and_changes_answers(tiny_decider: Decider) -> None:
     first = tiny_decider.ask(STATE, questions, seed=5, samples=1)
     again = tiny_decider.ask(STATE, questions, seed=5, samples=1)
     other = tiny_decider.ask(STATE, questions, seed=6, samples=1)
-    assert first == again
-    assert first != other
+    # The first ask encodes the prompt in its reads' pass, the second reads it from the store: fp32 sums
+    # follow the pass's shape, so the same seed gives the same answers to the last digits (test_passes.py).
+    assert numbers(first) == pytest.approx(numbers(again), rel=1e-5)
+    assert numbers(first) != pytest.approx(numbers(other), rel=1e-5)
 
 
 def test_auto_rereads_only_uncertain_questions_without_rerunning_the_encoder(tiny_decider: Decider) -> None:
@@ -154,48 +168,8 @@ def test_prefix_cache_serves_requests_with_the_same_questions(tiny_decider: Deci
     assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 1
 
 
-def test_graph_replays_equal_eager_passes(tiny_decider: Decider) -> None:
-    """Graph replays pad rows, tokens and the prefix to buckets and reuse static buffers; nothing may change.
-
-    On the CPU the graph cache runs its static-buffer path eagerly (no capture), so this checks everything
-    but the capture itself: padding, prefix copies, and reuse of one entry across different prefixes.
-    """
-    from canvasread.canvas.engine.graphs import GraphCache
-    from canvasread.canvas.engine.rows import Row
-    from canvasread.canvas.engine.runner import FusedRunner
-
-    runtime = backend_of(tiny_decider)._runtime
-    assert runtime is not None
-    runner: FusedRunner = runtime.reader.runner  # type: ignore[attr-defined]
-    generator = torch.Generator().manual_seed(4)
-
-    def ids(count: int) -> list[int]:
-        return torch.randint(3, 262_144, (count,), generator=generator).tolist()
-
-    graphs = GraphCache(capture=False, length_step=32)
-    for prefix_length, suffixes in ((30, (5, 40, 12)), (27, (50, 9, 3)), (33, (20,))):
-        [prefix] = runner.run([Row(None, ids(prefix_length), (), (), (), keep_kv=True)])
-        assert prefix.kv is not None
-        rows = [
-            Row(prefix.kv, ids(n), ids(32), (2, 17, 30), ((5, 6), (7, 8, 9), (10, 11)), keep_kv=True) for n in suffixes
-        ]
-        runner.graphs = None
-        eager = runner.run(rows)
-        runner.graphs = graphs
-        try:
-            replayed = runner.run(rows)
-        finally:
-            runner.graphs = None
-        for a, b in zip(eager, replayed, strict=True):
-            for x, y in zip(a.label_logprobs, b.label_logprobs, strict=True):
-                assert torch.allclose(x, y, atol=1e-5)
-            assert a.kv is not None and b.kv is not None and a.kv.length == b.kv.length
-            assert all(torch.allclose(p, q, atol=1e-5) for p, q in zip(a.kv.keys, b.kv.keys, strict=True))
-    assert graphs.replays == 3 and graphs.captures == 2  # the second prefix reused the first entry
-
-
 @pytest.mark.parametrize("shift", [1, 2, 4])
-def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_decider: Decider, shift: int) -> None:
+def test_rotate_is_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_decider: Decider, shift: int) -> None:
     options = {"billing": "charges", "technical": None, "sales": "orders", "account": "logins", "other": None}
     names = list(options)
     shifted = {name: options[name] for name in names[shift:] + names[:shift]}
@@ -205,8 +179,9 @@ def test_rotate_is_exactly_invariant_to_cyclic_shifts_on_the_canvas_engine(tiny_
         answer = tiny_decider.ask(STATE, question, seed=9, samples=1)["answers"]["team"]
         return answer["probabilities"]  # type: ignore[index,return-value]
 
-    assert ask(options, "rotate") == ask(shifted, "rotate")  # bit for bit, label by label
-    assert ask(options, "as-given") != ask(shifted, "as-given")  # the plain read does move with the order
+    # Label by label to float rounding: the fp32 sums follow the pass's shape (the first ask also encodes).
+    assert ask(options, "rotate") == pytest.approx(ask(shifted, "rotate"), rel=1e-5)
+    assert ask(options, "as-given") != pytest.approx(ask(shifted, "as-given"), rel=1e-5)  # the plain read moves
 
 
 def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:

@@ -91,7 +91,8 @@ def test_the_seed_reproduces_the_thought_and_the_answers(
 
     assert thought(again) == thought(first) != thought(other)
     for key, expected in first["answers"].items():
-        assert again["answers"][key]["noul"] == expected["noul"], key
+        # The same thought and noise; fp32 sums follow the pass's shape (the first ask encodes its prompt too).
+        assert again["answers"][key]["noul"] == pytest.approx(expected["noul"], rel=1e-5), key
 
 
 @pytest.mark.parametrize("layout", ["thought-on-canvas", "prompt-per-canvas"])

@@ -77,9 +77,9 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
             image_processor=loaded.image_processor,
             compile="inductor" if settings.compile and on_cuda else None,
             fp8_experts=settings.fp8_experts,
+            buckets=settings.buckets,
         )
-        if on_cuda:
-            runner.warm_up()
+        runner.warm_up()  # every bucket compiled and captured before /ready; the store sized after it
         reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
         if loaded.image_processor is not None:
             ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))

@@ -1,44 +1,69 @@
-"""The layer math of a fused pass: prompt tokens and canvas tokens through the shared layers in one loop.
+"""The layer math of a fused pass over flat tokens: token-wise pieces around a row-wise attention.
 
 DiffusionGemma's encoder and decoder share their weights, and the decoder's
-layer l reads only the encoder's layer-l keys and values. So a single loop
-over the layers can process, per row, the *uncached* prompt tokens (causal,
-writing KV) and the canvas tokens (bidirectional over prompt + canvas) at
-once, streaming each layer's weights once instead of twice. The masks
-(`masks.py`) mirror `DiffusionGemmaForBlockDiffusion` exactly; tests compare
-against it.
+layer l reads only the encoder's layer-l keys and values. So one loop over
+the layers processes prompt tokens (causal, their keys written to the
+store) and canvas tokens (bidirectional over prompt and canvas) at once,
+streaming each layer's weights once. Each layer is three pieces:
+
+- `pre`: norm, projections, q/k/v norms and rotary, per token;
+- `attend`: the store writes, then each attention group's SDPA (`layout.py`);
+- `post`: output projection, dense MLP and routed experts, per token.
+
+`pre` and `post` have one shape per bucket, so they are compiled (with the
+token count dynamic) and captured as CUDA graphs (`graphs.py`); `attend`
+runs eagerly between them, as vLLM's piecewise graphs do. The pieces read
+and write `Buffers`, fixed tensors sliced to the pass's bucket. The masks
+(`masks.py`) mirror `DiffusionGemmaForBlockDiffusion` exactly; tests
+compare against it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
-from canvasread.canvas.engine.masks import attention_mask
-from canvasread.canvas.engine.rows import PassInputs, PassOutputs, PassShape, Row
+from canvasread.canvas.engine.kvstore import KVStore
+from canvasread.canvas.engine.layout import PassLayout
 
-logger = logging.getLogger(__name__)
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
-LayerOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-# Compiled layer bodies are kept per layer kind and shape bucket; more than the default cache of 8.
-COMPILED_SHAPES = 64
+
+@dataclass(frozen=True)
+class Buffers:
+    """The fixed tensors a pass's pieces read and write, per layer kind where shapes differ by kind."""
+
+    hidden: torch.Tensor  # [tokens, width]
+    rope: dict[str, tuple[torch.Tensor, torch.Tensor]]  # cos, sin: [tokens, head_dim]
+    query: dict[str, torch.Tensor]  # [tokens, heads, head_dim]
+    keys: dict[str, torch.Tensor]  # [tokens, kv_heads, head_dim]
+    values: dict[str, torch.Tensor]
+    attended: dict[str, torch.Tensor]  # [tokens, heads, head_dim]
+
+    def view(self, tokens: int) -> Buffers:
+        """The first `tokens` rows of every buffer (the same memory: what a graph of that bucket captured)."""
+        return Buffers(
+            self.hidden[:tokens],
+            {kind: (cos[:tokens], sin[:tokens]) for kind, (cos, sin) in self.rope.items()},
+            {kind: t[:tokens] for kind, t in self.query.items()},
+            {kind: t[:tokens] for kind, t in self.keys.items()},
+            {kind: t[:tokens] for kind, t in self.values.items()},
+            {kind: t[:tokens] for kind, t in self.attended.items()},
+        )
 
 
 class LayerStack:
-    """The text layers of a loaded `DiffusionGemmaForBlockDiffusion`, run over padded batches of `Row`s.
+    """The text layers of a loaded `DiffusionGemmaForBlockDiffusion`, run piece by piece over flat passes.
 
-    `prepare` builds a pass's inputs (host work), `forward` runs the layers
-    (device work only, no host synchronisation, so it can be captured in a
-    CUDA graph). With `compile` (a backend: "inductor") each layer body
-    runs through `torch.compile` (Inductor fuses the fp32 norm chains, rotary and routing
-    into a few kernels; layers of one kind share the compiled code); a body
-    that fails to compile runs eagerly. With `fp8_experts` the routed
-    experts run in FP8 (`experts.py`).
+    With `compile` (a backend: "inductor") `pre` and `post` run through
+    `torch.compile` (Inductor fuses the fp32 norm chains, rotary and routing
+    into a few kernels; layers of one kind share the compiled code). With
+    `fp8_experts` the routed experts run in FP8 (`experts.py`).
     """
 
     def __init__(self, model: Any, *, compile: str | None = None, fp8_experts: bool = False) -> None:
@@ -46,215 +71,148 @@ class LayerStack:
         self.layers = text.layers
         self.embed = text.embed_tokens
         self.rotary = text.rotary_emb
+        self.norm = text.norm
         self.self_conditioning = model.model.decoder.self_conditioning
         self.layer_types: list[str] = list(text.config.layer_types)
+        self.kinds = sorted(set(self.layer_types))
         self.window = int(text.config.sliding_window)
         self.fp8: list[Fp8Experts | None] = [
             Fp8Experts.of(layer.experts) if fp8_experts else None for layer in self.layers
         ]
-        self._layer: Callable[..., LayerOutputs] = _layer
-        if compile:
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, COMPILED_SHAPES)
-            self._layer = torch.compile(_layer, backend=compile, dynamic=None)
+        self.compiled = bool(compile)
+        self._pre: Callable[..., QKV] = torch.compile(_pre, backend=compile) if compile else _pre
+        self._post: Callable[..., torch.Tensor] = torch.compile(_post, backend=compile) if compile else _post
         # The real config's "vision": an image's soft tokens attend to each other both ways.
-        self.bidirectional_images = getattr(text.config, "use_bidirectional_attention", None) == "vision"
+        self.image_blocks = getattr(text.config, "use_bidirectional_attention", None) == "vision"
 
     @property
     def device(self) -> torch.device:
         return torch.device(self.embed.weight.device)
 
-    def prepare(
-        self,
-        rows: Sequence[Row],
-        shape: PassShape,
-        *,
-        filter_padding: bool,
-        past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-    ) -> PassInputs:
-        """Tensors for a pass of `shape` (rows beyond `len(rows)` and tokens beyond a row are padding).
+    def kv_shapes(self) -> list[tuple[int, int]]:
+        """Each layer's (kv_heads, head_dim): the KV store's layout."""
+        return [_heads(layer)[1:] for layer in self.layers]
 
-        With `filter_padding` the experts see real tokens only; a CUDA graph
-        needs fixed sizes, so it routes padding tokens too (their outputs are
-        never read, and no real token attends to them). `past` gives, per
-        layer, one [1, heads, shape.past, dim] key and value buffer shared by
-        all rows (a graph's static copy of the common prefix).
-        """
-        batch, max_new, max_past = shape.batch, shape.new, shape.past
-        padding_rows = batch - len(rows)
-        past_lengths = [row.past.length if row.past is not None else 0 for row in rows] + [max_past] * padding_rows
-        prompt_lengths = [len(row.prompt_ids) for row in rows] + [0] * padding_rows
-        new_lengths = [len(row.prompt_ids) + len(row.canvas_ids) for row in rows] + [0] * padding_rows
-        tokens = torch.zeros(batch, max_new, dtype=torch.long)
-        is_canvas = torch.zeros(batch, max_new, dtype=torch.bool)
-        for b, row in enumerate(rows):
-            ids = [*row.prompt_ids, *row.canvas_ids]
-            tokens[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            is_canvas[b, prompt_lengths[b] : new_lengths[b]] = True
-        positions = torch.tensor(past_lengths)[:, None] + torch.arange(max_new)[None, :]
-        if filter_padding:
-            valid = torch.arange(max_new)[None, :] < torch.tensor(new_lengths)[:, None]
-            real_tokens = valid.reshape(-1).nonzero().squeeze(1)
-        else:
-            real_tokens = torch.arange(batch * max_new)
-        device = self.device
-        lengths = torch.tensor([past_lengths, prompt_lengths, new_lengths]).to(device)
-        spans = [[(o, len(f)) for o, f in row.images] for row in rows] if self.bidirectional_images else []
-        masks = {
-            kind: attention_mask(
-                sliding=kind == "sliding_attention",
-                window=self.window,
-                lengths=lengths,
-                max_past=max_past,
-                max_new=max_new,
-                image_spans=spans,
-            )
-            for kind in sorted(set(self.layer_types))
-        }
-        return PassInputs(
-            tokens.to(device),
-            positions.to(device),
-            is_canvas.to(device),
-            masks,
-            real_tokens.to(device),
-            max_past,
-            past,
-            [(b, offset, features) for b, row in enumerate(rows) for offset, features in row.images] or None,
-            self._signal(rows, batch, max_new, prompt_lengths, new_lengths),
+    def buffers(self, tokens: int) -> Buffers:
+        """Zeroed buffers for passes of up to `tokens` tokens."""
+        weight = self.embed.weight
+        first = {kind: self.layers[self.layer_types.index(kind)] for kind in self.kinds}
+        shapes = {kind: _heads(layer) for kind, layer in first.items()}
+
+        def zeros(*shape: int) -> torch.Tensor:
+            zeroed: torch.Tensor = weight.new_zeros(tokens, *shape)
+            return zeroed
+
+        return Buffers(
+            zeros(weight.shape[-1]),
+            {kind: (zeros(dim), zeros(dim)) for kind, (_, _, dim) in shapes.items()},
+            {kind: zeros(heads, dim) for kind, (heads, _, dim) in shapes.items()},
+            {kind: zeros(kv, dim) for kind, (_, kv, dim) in shapes.items()},
+            {kind: zeros(kv, dim) for kind, (_, kv, dim) in shapes.items()},
+            {kind: zeros(heads, dim) for kind, (heads, _, dim) in shapes.items()},
         )
 
-    def _signal(
-        self, rows: Sequence[Row], batch: int, max_new: int, prompt_lengths: list[int], new_lengths: list[int]
-    ) -> torch.Tensor | None:
-        """The rows' self-conditioning soft embeddings at their canvas positions, zeros elsewhere (None: all zeros)."""
-        if all(row.self_conditioning is None for row in rows):
-            return None
-        weight = self.embed.weight
-        signal: torch.Tensor = weight.new_zeros(batch, max_new, weight.shape[-1])
-        for b, row in enumerate(rows):
-            if row.self_conditioning is not None:
-                signal[b, prompt_lengths[b] : new_lengths[b]] = row.self_conditioning
-        return signal
-
-    def forward(self, rows: Sequence[Row], inputs: PassInputs) -> PassOutputs:
-        """The layer loop over `inputs`; `rows` supply the cached prefixes when no shared static one is given."""
-        hidden = self.embed(inputs.tokens)
-        for b, offset, features in inputs.images or ():
-            hidden[b, offset : offset + features.shape[0]] = features.to(hidden.dtype)
+    def embed_into(self, layout: PassLayout, views: Buffers) -> None:
+        """Token embeddings, image features and self-conditioning of the canvas tokens, then rotary, into `views`."""
+        hidden = self.embed(layout.tokens[None])
+        for offset, features in layout.images:
+            hidden[0, offset : offset + features.shape[0]] = features.to(hidden.dtype)
         # Canvas embeddings pass through self-conditioning: the previous step's soft embeddings, or zeros at a first.
-        signal = inputs.self_conditioning if inputs.self_conditioning is not None else torch.zeros_like(hidden)
+        signal = torch.zeros_like(hidden)
+        for offset, soft in layout.signals:
+            signal[0, offset : offset + soft.shape[0]] = soft.to(hidden.dtype)
         conditioned = self.self_conditioning(hidden, signal)
-        hidden = torch.where(inputs.is_canvas[..., None], conditioned, hidden)
-        rope = {kind: self.rotary(hidden, inputs.positions, kind) for kind in inputs.masks}
-        new_keys: list[torch.Tensor] = []
-        new_values: list[torch.Tensor] = []
-        for index, layer in enumerate(self.layers):
-            kind = self.layer_types[index]
-            past: tuple[torch.Tensor, torch.Tensor] | None = None
-            if inputs.past is not None:
-                batch = hidden.shape[0]
-                past = (
-                    inputs.past[index][0].expand(batch, -1, -1, -1),
-                    inputs.past[index][1].expand(batch, -1, -1, -1),
-                )
-            elif inputs.max_past:
-                past = _padded_past(rows, index, hidden.shape[0], inputs.max_past)
-            hidden, keys, values = self._run_layer(
-                layer, hidden, rope[kind], inputs.masks[kind], past, inputs.real_tokens, self.fp8[index]
+        views.hidden.copy_(torch.where(layout.is_canvas[None, :, None], conditioned, hidden)[0])
+        for kind in self.kinds:
+            cos, sin = self.rotary(hidden, layout.positions[None], kind)
+            views.rope[kind][0].copy_(cos[0])
+            views.rope[kind][1].copy_(sin[0])
+
+    def pre(self, index: int, views: Buffers) -> None:
+        kind = self.layer_types[index]
+        cos, sin = views.rope[kind]
+        self._dynamic(views.hidden, cos, sin)
+        query, keys, values = self._pre(self.layers[index], views.hidden, cos, sin)
+        views.query[kind].copy_(query)
+        views.keys[kind].copy_(keys)
+        views.values[kind].copy_(values)
+
+    def attend(self, index: int, views: Buffers, layout: PassLayout, store: KVStore) -> None:
+        """Write this layer's prompt keys to the store, then attend every group (eager: shapes follow the rows)."""
+        kind = self.layer_types[index]
+        query, keys, values = views.query[kind], views.keys[kind], views.values[kind]
+        stored_keys, stored_values = store.keys[index], store.values[index]
+        stored_keys.index_copy_(0, layout.slots, keys.index_select(0, layout.written))
+        stored_values.index_copy_(0, layout.slots, values.index_select(0, layout.written))
+        out = views.attended[kind]
+        for group in layout.groups:
+            rows, new = group.queries.shape
+            gathered = query[group.queries].transpose(1, 2)
+            all_keys = torch.cat([stored_keys[group.past], keys[group.queries]], dim=1).transpose(1, 2)
+            all_values = torch.cat([stored_values[group.past], values[group.queries]], dim=1).transpose(1, 2)
+            # K/V repeated to the query heads: grouped-query SDPA with a mask takes the math kernel at head dim 512.
+            repeat = gathered.shape[1] // all_keys.shape[1]
+            attended = F.scaled_dot_product_attention(
+                gathered,
+                all_keys.repeat_interleave(repeat, dim=1),
+                all_values.repeat_interleave(repeat, dim=1),
+                attn_mask=group.masks[kind],
+                scale=1.0,
             )
-            new_keys.append(keys)
-            new_values.append(values)
-        return hidden, new_keys, new_values
+            flat = attended.transpose(1, 2).reshape(rows * new, *attended.shape[1:2], attended.shape[-1])
+            out.index_copy_(0, group.targets, flat[group.valid])
 
-    @property
-    def compiled(self) -> bool:
-        """Whether layer bodies run compiled (false after a compile failure made them eager)."""
-        return self._layer is not _layer
+    def post(self, index: int, views: Buffers) -> None:
+        kind = self.layer_types[index]
+        self._dynamic(views.hidden, views.attended[kind])
+        hidden = self._post(self.layers[index], views.hidden, views.attended[kind], self.fp8[index])
+        views.hidden.copy_(hidden)
 
-    def _run_layer(self, *args: Any) -> LayerOutputs:
-        try:
-            return self._layer(*args)
-        except Exception:
-            if self._layer is _layer:
-                raise
-            logger.warning("compiling the layer body failed; the engine runs it eagerly", exc_info=True)
-            self._layer = _layer
-            return _layer(*args)
+    def _dynamic(self, *tensors: torch.Tensor) -> None:
+        """Compile the token count as a size, so one compiled piece serves every bucket."""
+        if self.compiled:
+            for tensor in tensors:
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
 
 
-def _layer(
-    layer: Any,
-    hidden: torch.Tensor,
-    rope: tuple[torch.Tensor, torch.Tensor],
-    mask: torch.Tensor,
-    past: tuple[torch.Tensor, torch.Tensor] | None,
-    real_tokens: torch.Tensor,
-    fp8: Fp8Experts | None,
-) -> LayerOutputs:
-    """One decoder layer as transformers computes it, over prompt and canvas tokens together."""
-    residual = hidden
+def _heads(layer: Any) -> tuple[int, int, int]:
+    """(query heads, kv heads, head_dim) of one layer's attention."""
+    attention = layer.self_attn
+    dim = int(attention.head_dim)
+    return attention.q_proj.out_features // dim, attention.k_proj.out_features // dim, dim
+
+
+def _pre(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+    """Queries, keys and values of one layer as transformers computes them, [tokens, heads, head_dim]."""
     attention = layer.self_attn
     normed = layer.input_layernorm(hidden)
-    batch, length, _ = normed.shape
-    cos, sin = rope
-    query = attention.q_proj(normed).view(batch, length, -1, attention.head_dim)
-    query = _rotate(attention.q_norm(query), cos, sin).transpose(1, 2)
-    raw_keys = attention.k_proj(normed).view(batch, length, -1, attention.head_dim)
+    tokens = normed.shape[0]
+    query = attention.q_proj(normed).view(tokens, -1, attention.head_dim)
+    query = _rotate(attention.q_norm(query), cos, sin)
+    raw_keys = attention.k_proj(normed).view(tokens, -1, attention.head_dim)
     raw_values = (
-        attention.v_proj(normed).view(batch, length, -1, attention.head_dim)
-        if attention.v_proj is not None
-        else raw_keys
+        attention.v_proj(normed).view(tokens, -1, attention.head_dim) if attention.v_proj is not None else raw_keys
     )
-    keys = _rotate(attention.k_norm(raw_keys), cos, sin).transpose(1, 2)
-    values = attention.v_norm(raw_values).transpose(1, 2)
+    keys = _rotate(attention.k_norm(raw_keys), cos, sin)
+    return query, keys, attention.v_norm(raw_values)
 
-    all_keys, all_values = keys, values
-    if past is not None:
-        all_keys = torch.cat([past[0], keys], dim=2)
-        all_values = torch.cat([past[1], values], dim=2)
-    # K/V repeated to the query heads: grouped-query SDPA with a mask takes the math kernel at head dim 512.
-    groups = query.shape[1] // all_keys.shape[1]
-    all_keys = all_keys.repeat_interleave(groups, dim=1)
-    all_values = all_values.repeat_interleave(groups, dim=1)
-    attended = F.scaled_dot_product_attention(query, all_keys, all_values, attn_mask=mask, scale=1.0)
-    attended = attention.o_proj(attended.transpose(1, 2).reshape(batch, length, -1))
-    hidden = residual + layer.post_attention_layernorm(attended)
 
+def _post(layer: Any, hidden: torch.Tensor, attended: torch.Tensor, fp8: Fp8Experts | None) -> torch.Tensor:
+    """The rest of one layer after attention: output projection, dense MLP and routed experts, per token."""
+    attended = layer.self_attn.o_proj(attended.reshape(attended.shape[0], -1))
+    hidden = hidden + layer.post_attention_layernorm(attended)
     residual = hidden
     dense = layer.post_feedforward_layernorm_1(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
-    width = hidden.shape[-1]
-    flat = hidden.reshape(-1, width).index_select(0, real_tokens)  # experts only see real tokens
-    _, weights, experts = layer.router(flat)
-    routed_flat = routed_experts(layer.experts, layer.pre_feedforward_layernorm_2(flat), experts, weights, fp8)
-    routed = torch.zeros_like(hidden).reshape(-1, width)
-    routed.index_copy_(0, real_tokens, layer.post_feedforward_layernorm_2(routed_flat))
-    routed = routed.view_as(hidden)
-    hidden = residual + layer.post_feedforward_layernorm(dense + routed)
-    hidden = hidden * layer.layer_scalar
-    return hidden, keys, values
-
-
-def _padded_past(rows: Sequence[Row], index: int, batch: int, max_past: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Layer `index` of every row's cached KV, padded to `max_past`; a past shared by all rows is not copied."""
-    shared = rows[0].past
-    if shared is not None and shared.length == max_past and all(row.past is shared for row in rows):
-        return (
-            shared.keys[index].unsqueeze(0).expand(batch, -1, -1, -1),
-            shared.values[index].unsqueeze(0).expand(batch, -1, -1, -1),
-        )
-    some = next(row.past for row in rows if row.past is not None)
-    keys, values = some.keys[index], some.values[index]
-    past_keys = keys.new_zeros(batch, keys.shape[0], max_past, keys.shape[-1])
-    past_values = values.new_zeros(batch, values.shape[0], max_past, values.shape[-1])
-    for b, row in enumerate(rows):
-        if row.past is not None:
-            past_keys[b, :, : row.past.length] = row.past.keys[index]
-            past_values[b, :, : row.past.length] = row.past.values[index]
-    return past_keys, past_values
+    _, weights, experts = layer.router(hidden)
+    routed = routed_experts(layer.experts, layer.pre_feedforward_layernorm_2(hidden), experts, weights, fp8)
+    hidden = residual + layer.post_feedforward_layernorm(dense + layer.post_feedforward_layernorm_2(routed))
+    scaled: torch.Tensor = hidden * layer.layer_scalar
+    return scaled
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding on [batch, length, heads, dim] (the model's own formula, applied to the rotated part)."""
-    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    """Rotary embedding on [tokens, heads, dim] (the model's own formula, applied to the rotated part)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin

@@ -1,57 +1,39 @@
-"""The in-process `Reader`: schedules canvas reads onto the fused runner, with a bounded prefix cache.
+"""The in-process `Reader`: packs canvas reads into fused passes over the paged KV store.
 
-Per distinct prompt in a batch:
-- its full KV is cached (a re-read): every canvas reads it, no prompt work;
+Per distinct prompt of a call:
+- its whole KV is cached (a re-read, or a later request with the same
+  prompt): its canvases read the stored slots, no prompt work;
 - else the longest cached prefix (the instruction part shared by requests
-  with the same questions) is continued with the rest of the prompt. A prompt
-  with one canvas does that *and* reads the canvas in the same pass; a prompt
-  with several is encoded first, then all its canvases read its KV.
-Encoded prompts are kept (LRU, bounded in bytes) so re-reads and later
-requests with the same questions skip the encoder.
+  with the same questions) is continued: the prompt gets slots of its own
+  for the rest only, encoded in rows of at most ENCODE_ROW_TOKENS tokens
+  (an image is never cut).
+Passes are packed in order up to the bucket policy's `max_tokens` and
+`max_rows`: a prompt's encoding rows, then the reads of every prompt whose
+encoding is done or in the same pass (the store is written before any
+attention reads it). A multi-step read comes back for its next step in a
+later pass. Encoded prompts stay in the store (LRU by pages) for re-reads
+and later requests.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from canvasread.canvas.engine.rows import PromptKV, Row, RowOutput
+import torch
+
+from canvasread.canvas.engine.kvstore import KVStore, PromptCache, StoredKV
+from canvasread.canvas.engine.rows import Row, RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.settings import DEFAULT_CPU_CACHE_BYTES, DEFAULT_MAX_ROWS
 from canvasread.canvas.engine.steps import Denoising, Schedule
 from canvasread.canvas.reader import CanvasRead, PromptImage, SlotLogProbs
 
-# A row of a pass, the prompt it encodes or reads (None: a later step, whose KV its read holds) and its read.
-_PassRow = tuple[Row, "_PromptWork | None", int | None]
-
-
-class KVCache:
-    """LRU map from token prefixes to encoded KV, bounded by total bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, PromptKV] = OrderedDict()
-        self._bytes = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
-    def get(self, key: Hashable) -> PromptKV | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
-
-    def put(self, key: Hashable, kv: PromptKV) -> None:
-        if key in self._entries or kv.nbytes > self.max_bytes:
-            return
-        self._entries[key] = kv
-        self._bytes += kv.nbytes
-        while self._bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= evicted.nbytes
+# The longest row one prompt encodes in a pass: bounds a row's attention scores (queries x keys).
+ENCODE_ROW_TOKENS = 2048
+# The share of a GPU's memory free after loading and warm-up that the KV store takes by default.
+GPU_CACHE_SHARE = 0.4
 
 
 @dataclass
@@ -63,160 +45,203 @@ class ReaderCounters:
     prefix_cache_misses: int = 0
     prompt_cache_hits: int = 0
     passes: int = 0
+    pass_tokens: int = 0
     images_encoded: int = 0
     denoising_steps: int = 0
 
 
 @dataclass
-class _PromptWork:
-    prompt: tuple[int, ...]
+class _Prompt:
+    ids: tuple[int, ...]
     prefix_length: int
     images: tuple[PromptImage, ...]
     reads: list[int] = field(default_factory=list)
-    kv: PromptKV | None = None  # once encoded (or found cached): what its canvases read
+    entry: StoredKV | None = None  # its slots in the store, held by this call
+    chunks: deque[Row] = field(default_factory=deque)  # encoding rows not yet run
+    fresh: bool = False  # encoded by this call: kept in the cache once its last chunk has run
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.prompt, tuple(image.digest for image in self.images))
+        return (self.ids, tuple(image.digest for image in self.images))
+
+
+@dataclass
+class _Task:
+    index: int
+    read: CanvasRead
+    prompt: _Prompt
+    state: Denoising | None
 
 
 class InProcessReader:
     """Executes `CanvasRead`s on a `FusedRunner`; one instance per model replica, used from one thread."""
 
-    def __init__(self, runner: FusedRunner, *, cache_bytes: int = 2 << 30, max_rows: int = 256) -> None:
+    def __init__(
+        self, runner: FusedRunner, *, cache_bytes: int | None = None, max_rows: int = DEFAULT_MAX_ROWS
+    ) -> None:
         self.runner = runner
-        self.prefixes = KVCache(cache_bytes // 2)
-        self.prompts = KVCache(cache_bytes // 2)
+        stack = runner.stack
+        shapes = stack.kv_shapes()
+        dtype = stack.embed.weight.dtype
+        page = runner.buckets.page
+        budget = cache_bytes if cache_bytes is not None else _default_cache_bytes(stack.device)
+        pages = max(1, budget // (KVStore.bytes_per_token(shapes, dtype) * page))
+        self.store = KVStore(shapes, pages=pages, page=page, dtype=dtype, device=stack.device)
+        self.cache = PromptCache(self.store)
         self.max_rows = max_rows
         self.stats = ReaderCounters()
         self.schedule = Schedule.of(runner.model)
 
     def counters(self) -> Mapping[str, float]:
         counted: dict[str, float] = dict(vars(self.stats))
-        graphs = self.runner.graphs
-        if graphs is not None:
-            counted.update(graph_replays=graphs.replays, graph_captures=graphs.captures)
+        counted.update(self.runner.counters())
+        counted.update(kv_cache_entries=len(self.cache), kv_store_free_pages=self.store.free_pages)
         return counted
 
+    @torch.inference_mode()
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        work: dict[tuple[object, ...], _PromptWork] = {}
+        prompts: dict[tuple[object, ...], _Prompt] = {}
         for index, read in enumerate(reads):
-            item = _PromptWork(read.prompt_ids, read.prefix_length, read.images)
-            work.setdefault(item.key, item).reads.append(index)
-        results: list[list[SlotLogProbs] | None] = [None] * len(reads)
+            item = _Prompt(read.prompt_ids, read.prefix_length, read.images)
+            prompts.setdefault(item.key, item).reads.append(index)
         device = self.runner.stack.device
-        steps = {i: Denoising(read, device) for i, read in enumerate(reads) if read.steps > 1}
-        first, later = self._first_pass(reads, work.values(), steps)
-        self._execute(first, results, steps)
-        second = [(_row(item.kv, (), reads[i], steps.get(i)), item, i) for item in later for i in item.reads]
-        self._execute(second, results, steps)
-        while steps:  # the later steps of multi-step reads, each over its prompt's KV (encoded once)
-            self._execute(
-                [(_row(state.kv, (), state.read, state), None, i) for i, state in steps.items()], results, steps
-            )
+        tasks = deque(
+            _Task(i, reads[i], item, Denoising(reads[i], device) if reads[i].steps > 1 else None)
+            for item in prompts.values()
+            for i in item.reads
+        )
+        results: list[list[SlotLogProbs] | None] = [None] * len(reads)
+        held: list[StoredKV] = []
+        try:
+            for item in prompts.values():
+                held.append(self._place(item))
+            while tasks:
+                self._pass(list(prompts.values()), tasks, results)
+        finally:
+            for entry in held:
+                self.store.release(entry)
         self.stats.reads += len(reads)
-        return [r for r in results if r is not None]
+        return [result for result in results if result is not None]
 
-    def _first_pass(
-        self, reads: Sequence[CanvasRead], work: Iterable[_PromptWork], steps: Mapping[int, Denoising]
-    ) -> tuple[list[_PassRow], list[_PromptWork]]:
-        """The first pass's rows, and the prompts whose canvases wait for a second pass over their encoding."""
-        first: list[_PassRow] = []
-        later: list[_PromptWork] = []
-        for item in work:
-            cached = self.prompts.get(item.key)
-            if cached is not None:
-                self.stats.prompt_cache_hits += 1
-                item.kv = cached
-                first += [(_row(cached, (), reads[i], steps.get(i)), item, i) for i in item.reads]
-                continue
-            past = self._cached_prefix(item)
-            start = past.length if past is not None else 0
-            new_tokens = item.prompt[start:]
-            images = self._image_rows(item, start)
-            if len(item.reads) == 1:
-                i = item.reads[0]
-                first.append((_row(past, new_tokens, reads[i], steps.get(i), keep_kv=True, images=images), item, i))
-            else:
-                first.append((Row(past, new_tokens, (), (), (), True, images), item, None))
-                later.append(item)
-            self.stats.encoder_runs += 1
-            self.stats.prompt_tokens_encoded += len(new_tokens)
-        return first, later
+    def _place(self, item: _Prompt) -> StoredKV:
+        """The prompt's slots (cached, or allocated after its cached prefix with encoding rows for the rest)."""
+        cached = self.cache.get(item.key)
+        if cached is not None:
+            self.stats.prompt_cache_hits += 1
+            item.entry = cached
+            return cached
+        past = self._cached_prefix(item)
+        start = past.length if past is not None else 0
+        self.cache.make_room(-(-(len(item.ids) - start) // self.store.page))
+        entry = self.store.allocate(past, len(item.ids) - start)
+        if past is not None:
+            self.store.release(past)  # the entry holds the prefix's pages now
+        item.entry, item.fresh = entry, True
+        item.chunks.extend(self._chunks(item, entry, start))
+        self.stats.encoder_runs += 1
+        self.stats.prompt_tokens_encoded += len(item.ids) - start
+        return entry
 
-    def _image_rows(self, item: _PromptWork, start: int) -> tuple[tuple[int, Any], ...]:
-        """Vision-tower features for the images among the tokens this pass encodes (offsets from `start`)."""
-        if not item.images:
-            return ()
-        features = self.runner.image_features([image.data for image in item.images])
-        self.stats.images_encoded += len(item.images)
-        return tuple((image.start - start, tensor) for image, tensor in zip(item.images, features, strict=True))
+    def _chunks(self, item: _Prompt, entry: StoredKV, start: int) -> list[Row]:
+        """Rows encoding `item.ids[start:]`, each at most ENCODE_ROW_TOKENS long unless an image needs more."""
+        longest = min(ENCODE_ROW_TOKENS, self.runner.buckets.max_tokens)
+        images = [image for image in item.images if image.start >= start]
+        features = self.runner.image_features([image.data for image in images]) if images else []
+        self.stats.images_encoded += len(images)
+        rows = []
+        while start < len(item.ids):
+            end = min(start + longest, len(item.ids))
+            for image in images:  # never cut an image: end before it, or (if it starts the row) after it
+                if image.start < end < image.start + image.tokens:
+                    end = image.start if image.start > start else image.start + image.tokens
+            overlays = [
+                (image.start - start, tensor)
+                for image, tensor in zip(images, features, strict=True)
+                if start <= image.start < end
+            ]
+            rows.append(Row(entry.slots[:start], item.ids[start:end], entry.slots[start:end], images=overlays))
+            start = end
+        return rows
 
-    def _cached_prefix(self, item: _PromptWork) -> PromptKV | None:
-        if item.prefix_length <= 0:
+    def _cached_prefix(self, item: _Prompt) -> StoredKV | None:
+        if item.prefix_length <= 0 or item.prefix_length >= len(item.ids):
             return None
-        kv = self.prefixes.get(item.prompt[: item.prefix_length])
-        if kv is None:
+        past = self.cache.get(("prefix", item.ids[: item.prefix_length]))
+        if past is None:
             self.stats.prefix_cache_misses += 1
         else:
             self.stats.prefix_cache_hits += 1
-        return kv
+        return past
 
-    def _execute(
-        self, rows: Sequence[_PassRow], results: list[list[SlotLogProbs] | None], steps: dict[int, Denoising]
+    def _pass(self, prompts: Sequence[_Prompt], tasks: deque[_Task], results: list[list[SlotLogProbs] | None]) -> None:
+        """Pack and run one pass: encoding rows first, then the reads whose prompts are encoded by then."""
+        budget, rows = self.runner.buckets.max_tokens, 0
+        encoding: list[tuple[Row, _Prompt]] = []
+        for item in prompts:
+            while item.chunks and len(item.chunks[0].ids) <= budget and rows < self.max_rows:
+                chunk = item.chunks.popleft()
+                encoding.append((chunk, item))
+                budget, rows = budget - len(chunk.ids), rows + 1
+        reading: list[tuple[Row, _Task]] = []
+        waiting: deque[_Task] = deque()
+        while tasks:
+            task = tasks.popleft()
+            row = _read_row(task)
+            if task.prompt.chunks or len(row.ids) > budget or rows >= self.max_rows:
+                waiting.append(task)
+                continue
+            reading.append((row, task))
+            budget, rows = budget - len(row.ids), rows + 1
+        tasks.extend(waiting)
+        if not encoding and not reading:
+            raise ValueError(f"a read is over the largest bucket of {self.runner.buckets.max_tokens} tokens")
+        outputs = self.runner.run([row for row, _ in encoding] + [row for row, _ in reading], self.store)
+        self.stats.passes += 1
+        self.stats.pass_tokens += self.runner.buckets.max_tokens - budget
+        for _, item in encoding:
+            if not item.chunks and item.fresh:
+                self._remember(item)
+        for (_, task), output in zip(reading, outputs[len(encoding) :], strict=True):
+            self._finish(task, output, tasks, results)
+
+    def _finish(
+        self, task: _Task, output: RowOutput, tasks: deque[_Task], results: list[list[SlotLogProbs] | None]
     ) -> None:
-        """Run rows in passes of `max_rows`; a read-only row gives its read's result, any other a denoising step."""
-        for start in range(0, len(rows), self.max_rows):
-            chunk = rows[start : start + self.max_rows]
-            outputs = self.runner.run([row for row, _, _ in chunk])
-            self.stats.passes += 1
-            for (_, item, read_index), output in zip(chunk, outputs, strict=True):
-                if item is not None:
-                    self._remember(item, output)
-                if read_index is None:
-                    continue
-                if output.canvas_hidden is None:
-                    results[read_index] = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
-                    steps.pop(read_index, None)
-                    continue
-                state = steps[read_index]
-                if item is not None:
-                    state.kv = item.kv
-                state.advance(self.runner.logits(output.canvas_hidden), self.schedule, self.runner.stack.embed)
-                self.stats.denoising_steps += 1
-
-    def _remember(self, item: _PromptWork, output: RowOutput) -> None:
-        if output.kv is None:
+        """A read's result, or (a multi-step read's earlier step) its denoising step and a place in the queue."""
+        if output.canvas_hidden is None:
+            results[task.index] = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
             return
-        item.kv = output.kv
-        self.prompts.put(item.key, output.kv)
-        if 0 < item.prefix_length < len(item.prompt):
-            key = item.prompt[: item.prefix_length]
-            if self.prefixes.get(key) is None:
-                self.prefixes.put(key, output.kv.prefix(item.prefix_length))
+        assert task.state is not None
+        task.state.advance(self.runner.head.logits(output.canvas_hidden), self.schedule, self.runner.stack.embed)
+        self.stats.denoising_steps += 1
+        tasks.append(task)
+
+    def _remember(self, item: _Prompt) -> None:
+        assert item.entry is not None
+        item.fresh = False
+        self.cache.put(item.key, item.entry)
+        if 0 < item.prefix_length < len(item.ids):
+            prefix = self.store.prefix(item.entry, item.prefix_length)
+            self.cache.put(("prefix", item.ids[: item.prefix_length]), prefix)
 
 
-def _row(
-    past: PromptKV | None,
-    prompt_ids: Sequence[int],
-    read: CanvasRead,
-    state: Denoising | None,
-    *,
-    keep_kv: bool = False,
-    images: Sequence[tuple[int, Any]] = (),
-) -> Row:
-    """The row that reads `read`'s canvas: read-only at the slots, or (a multi-step read's earlier step) the whole
-    canvas's hidden states for the denoising step, self-conditioned on the step before."""
+def _read_row(task: _Task) -> Row:
+    """The row that reads a task's canvas: read-only at the slots, or (a multi-step read's earlier step) the
+    whole canvas's hidden states for the denoising step, self-conditioned on the step before."""
+    read, state = task.read, task.state
+    assert task.prompt.entry is not None
+    past = task.prompt.entry.slots
+    positions = tuple(slot.position for slot in read.slots)
+    labels = tuple(slot.label_ids for slot in read.slots)
     if state is None:
-        return Row(past, prompt_ids, read.canvas_ids, _positions(read), _labels(read), keep_kv, images)
-    positions, labels = (_positions(read), _labels(read)) if state.last else ((), ())
-    canvas = state.canvas_ids()
-    return Row(past, prompt_ids, canvas, positions, labels, keep_kv, images, state.signal, not state.last)
+        return Row(past, read.canvas_ids, None, positions, labels)
+    if not state.last:
+        positions, labels = (), ()
+    return Row(past, state.canvas_ids(), None, positions, labels, (), state.signal, not state.last)
 
 
-def _positions(read: CanvasRead) -> tuple[int, ...]:
-    return tuple(slot.position for slot in read.slots)
-
-
-def _labels(read: CanvasRead) -> tuple[tuple[int, ...], ...]:
-    return tuple(slot.label_ids for slot in read.slots)
+def _default_cache_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return DEFAULT_CPU_CACHE_BYTES
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free * GPU_CACHE_SHARE)

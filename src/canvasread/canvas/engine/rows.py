@@ -1,8 +1,7 @@
-"""The data of one fused pass: the rows asked for, their padded shape, the device inputs and the outputs.
+"""The units of a fused pass: a `Row` asked for and what it gives back.
 
-A leaf of the engine: the layer math (`layers`), the CUDA graphs (`graphs`)
-and the runner all speak in these types, so none of them imports another's
-internals.
+A leaf of the engine: the layout (`layout`), the layer math (`layers`), the
+runner and the reader all speak in these types.
 """
 
 from __future__ import annotations
@@ -13,48 +12,35 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass
-class PromptKV:
-    """Keys and values of an encoded prompt (or prefix), per layer, shaped [kv_heads, length, head_dim]."""
-
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    length: int
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
-
-    def prefix(self, length: int) -> PromptKV:
-        """A copy of the first `length` positions (a copy, so the full prompt's memory can be freed)."""
-        return PromptKV(
-            [k[:, :length].clone() for k in self.keys], [v[:, :length].clone() for v in self.values], length
-        )
-
-
 @dataclass(frozen=True)
 class Row:
-    """One unit of work in a pass: continue `past` with `prompt_ids`, then read `canvas_ids` (if any).
+    """One unit of work in a pass: tokens `ids` after the stored keys at `past` (slot indices, CPU int64).
 
-    `slot_positions` index into the canvas; `label_ids[i]` are the token ids
-    whose log-probabilities are wanted at slot i. With `keep_kv` the KV of
-    past + new prompt tokens is returned for caching. `images` puts each
-    image's features (vision tower output) over its soft tokens, given as
-    offsets into `prompt_ids`. `self_conditioning` is the previous denoising
+    A prompt row (`write` given) encodes its tokens causally and writes their
+    keys and values to the store at the slots `write`; a canvas row (`write`
+    None) reads its tokens bidirectionally and writes nothing. Both see every
+    stored key at `past`, even one written earlier in the same pass.
+    `slot_positions` index into a canvas row's tokens; `label_ids[i]` are the
+    token ids whose log-probabilities are wanted at slot i. `images` puts
+    each image's features (vision tower output) over its soft tokens, given
+    as offsets into `ids`. `self_conditioning` is the previous denoising
     step's soft embeddings ([canvas, hidden]; None: zeros, a first step), and
-    `canvas_hidden` asks for the final hidden states of every canvas position
+    `canvas_hidden` asks for the final hidden states of every canvas token
     (after the norm) for the next denoising step (`steps.py`).
     """
 
-    past: PromptKV | None
-    prompt_ids: Sequence[int]
-    canvas_ids: Sequence[int]
-    slot_positions: Sequence[int]
-    label_ids: Sequence[Sequence[int]]
-    keep_kv: bool = False
+    past: torch.Tensor
+    ids: Sequence[int]
+    write: torch.Tensor | None = None
+    slot_positions: Sequence[int] = ()
+    label_ids: Sequence[Sequence[int]] = ()
     images: Sequence[tuple[int, torch.Tensor]] = ()
     self_conditioning: torch.Tensor | None = None
     canvas_hidden: bool = False
+
+    @property
+    def canvas(self) -> bool:
+        return self.write is None
 
 
 @dataclass
@@ -62,45 +48,7 @@ class RowOutput:
     """Per slot: the full-vocabulary log-probabilities of its label ids (temperature 1); `canvas_hidden` if asked."""
 
     label_logprobs: list[torch.Tensor]
-    kv: PromptKV | None
     canvas_hidden: torch.Tensor | None = None
 
 
-@dataclass(frozen=True)
-class PassShape:
-    """The padded size of one pass: rows, new tokens per row, cached tokens per row."""
-
-    batch: int
-    new: int
-    past: int
-
-    @classmethod
-    def of(cls, rows: Sequence[Row]) -> PassShape:
-        return cls(
-            len(rows),
-            max(len(r.prompt_ids) + len(r.canvas_ids) for r in rows),
-            max(r.past.length if r.past is not None else 0 for r in rows),
-        )
-
-
-@dataclass
-class PassInputs:
-    """Device tensors of one pass (`masks` per layer kind); `past` is a shared static prefix, `images` overlays.
-
-    `self_conditioning` is [batch, new, hidden] soft embeddings at canvas positions (None: zeros everywhere).
-    """
-
-    tokens: torch.Tensor
-    positions: torch.Tensor
-    is_canvas: torch.Tensor
-    masks: dict[str, torch.Tensor]
-    real_tokens: torch.Tensor
-    max_past: int
-    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-    images: list[tuple[int, int, torch.Tensor]] | None = None
-    self_conditioning: torch.Tensor | None = None
-
-
-# What the layer loop hands back: the last hidden states [batch, new, width] and each layer's new keys and
-# values [batch, kv_heads, new, head_dim].
-PassOutputs = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]
+NO_PAST = torch.zeros(0, dtype=torch.int64)

@@ -1,27 +1,41 @@
-"""The model runner: fused passes of `Row`s, their outputs, and the CUDA graphs that replay small ones.
+"""The model runner: fused passes of `Row`s over the KV store, and the start-up that warms every bucket.
 
-One pass encodes uncached prompt tokens and reads canvases together
-(`layers.py`); the LM head runs only at slot positions, and only the label
-columns' log-probabilities leave the device. Small batches that share one
-cached prefix replay captured graphs (`graphs.py`), which the runner owns.
+One pass encodes prompt tokens and reads canvases together (`layers.py`),
+laid out flat and padded to a bucket of the engine's one shape policy
+(`Buckets`). `warm_up` runs, compiles and captures every bucket before the
+server is ready; after it, a recompile is a bug: it is counted (`compiles`),
+logged, and the piece runs eagerly instead of stalling the request.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.graphs import GraphCache
-from canvasread.canvas.engine.layers import LayerStack
-from canvasread.canvas.engine.rows import PassShape, PromptKV, Row, RowOutput
+from canvasread.canvas.engine.graphs import PieceGraphs
+from canvasread.canvas.engine.heads import SlotHead
+from canvasread.canvas.engine.kvstore import KVStore
+from canvasread.canvas.engine.layers import Buffers, LayerStack
+from canvasread.canvas.engine.layout import lay_out
+from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
+from canvasread.canvas.engine.settings import Buckets
 from canvasread.types import ImageAsset
+
+logger = logging.getLogger(__name__)
+
+# Why a pass on a GPU ran without graphs: its bucket was not captured (a capture that failed at start-up).
+MISS_REASONS = ("not_captured",)
+# Warm-up rows are at most this long, so a large bucket is warmed by several rows (no giant attention).
+WARM_ROW_TOKENS = 256
 
 
 class FusedRunner:
-    """Runs batches of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
+    """Runs passes of `Row`s through a loaded `DiffusionGemmaForBlockDiffusion`, reusing its modules."""
 
     def __init__(
         self,
@@ -31,49 +45,117 @@ class FusedRunner:
         image_processor: Any = None,
         compile: str | None = None,
         fp8_experts: bool = False,
+        buckets: Buckets | None = None,
     ) -> None:
         self.model = model
         self.image_processor = image_processor
         self.stack = LayerStack(model, compile=compile, fp8_experts=fp8_experts)
-        self.norm = model.model.encoder.language_model.norm
-        self.lm_head = model.lm_head
-        self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
-        self.graphs = GraphCache() if cuda_graphs and self.stack.device.type == "cuda" else None
+        self.head = SlotHead(model)
+        self.buckets = buckets if buckets is not None else Buckets()
+        self.buffers = self.stack.buffers(self.buckets.max_tokens)
+        self.graphs = PieceGraphs() if cuda_graphs and self.stack.device.type == "cuda" else None
+        self.ready = False
+        self.compiles = 0
+        self.misses: Counter[str] = Counter()
+
+    def counters(self) -> dict[str, float]:
+        counted: dict[str, float] = {"compiles": self.compiles}
+        if self.graphs is not None:
+            counted.update(graph_replays=self.graphs.replays, graph_captures=self.graphs.captures)
+            counted.update({f"graph_misses/{reason}": self.misses[reason] for reason in MISS_REASONS})
+        return counted
 
     @torch.inference_mode()
-    def run(self, rows: Sequence[Row]) -> list[RowOutput]:
-        """One pass over the layers for every row; rows of any lengths are padded into one batch.
+    def run(self, rows: Sequence[Row], store: KVStore) -> list[RowOutput]:
+        """One pass over the layers for every row, padded to the smallest bucket that holds them all."""
+        bucket = self.buckets.pad(sum(len(row.ids) for row in rows))
+        stack = self.stack
+        layout = lay_out(
+            rows,
+            bucket=bucket,
+            kinds=stack.kinds,
+            window=stack.window,
+            image_blocks=stack.image_blocks,
+            device=stack.device,
+        )
+        views = self.buffers.view(bucket)
+        stack.embed_into(layout, views)
+        graphs = self.graphs.get(bucket) if self.graphs is not None else None
+        if self.graphs is not None and graphs is None and self.ready:
+            self.misses["not_captured"] += 1
+        for index in range(len(stack.layers)):
+            self._piece(stack.pre, index, views, graphs, 2 * index)
+            stack.attend(index, views, layout, store)
+            self._piece(stack.post, index, views, graphs, 2 * index + 1)
+        hidden = views.hidden
+        slot_tokens = [start + p for row, start in zip(rows, layout.starts, strict=True) for p in row.slot_positions]
+        logprobs = self.head.label_logprobs(hidden[slot_tokens], [ids for row in rows for ids in row.label_ids])
+        outputs, cursor = [], 0
+        for row, start in zip(rows, layout.starts, strict=True):
+            count = len(row.slot_positions)
+            canvas = self.head.norm(hidden[start : start + len(row.ids)]) if row.canvas_hidden else None
+            outputs.append(RowOutput(logprobs[cursor : cursor + count], canvas))
+            cursor += count
+        return outputs
 
-        Small batches that share one cached prefix replay CUDA graphs when enabled (`graphs`).
+    def _piece(
+        self,
+        piece: Callable[[int, Buffers], None],
+        index: int,
+        views: Buffers,
+        graphs: list[torch.cuda.CUDAGraph] | None,
+        number: int,
+    ) -> None:
+        """Replay a captured piece, or run it; after warm-up a recompile is counted and the piece runs eagerly."""
+        if graphs is not None:
+            assert self.graphs is not None
+            self.graphs.replay(graphs, number)
+            return
+        if not (self.ready and self.stack.compiled):
+            piece(index, views)
+            return
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                piece(index, views)
+        except RuntimeError as error:
+            if "recompil" not in str(error).lower():
+                raise
+            self.compiles += 1
+            logger.error("a pass needed a compile after warm-up (a bug: it runs eagerly instead): %s", error)
+            with torch.compiler.set_stance("force_eager"):
+                piece(index, views)
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Run every bucket once (compiling the pieces) and capture its graphs, before the first request.
+
+        Random token ids in canvas rows of at most WARM_ROW_TOKENS tokens;
+        nothing is written to the store, so a one-page store serves. Eager
+        passes without graphs have nothing to warm.
         """
-        prompt_lengths = [len(row.prompt_ids) for row in rows]
-        graphed = self.graphs.run(self.stack, rows) if self.graphs is not None else None
-        if graphed is not None:
-            hidden, new_keys, new_values = graphed
-        else:
-            inputs = self.stack.prepare(rows, PassShape.of(rows), filter_padding=True)
-            hidden, new_keys, new_values = self.stack.forward(rows, inputs)
-        return self._outputs(rows, hidden, new_keys, new_values, prompt_lengths)
-
-    def warm_up(self, *, prefix: int = 224, new: int = 192, max_batch: int = 64) -> None:
-        """Compile and capture the common shapes before the first request does (a cached prefix, canvas rows).
-
-        Random token ids; nothing is cached. Batches of 1, 2, 4, ... `max_batch`
-        rows: after two sizes the compiled bodies take any batch, and each
-        graph bucket is captured once.
-        """
+        if not (self.stack.compiled or self.graphs is not None):
+            self.ready = True
+            return
         generator = torch.Generator().manual_seed(0)
-        vocab = int(self.stack.embed.weight.shape[0])
-
-        def ids(count: int) -> list[int]:
-            return torch.randint(3, vocab, (count,), generator=generator).tolist()
-
-        [encoded] = self.run([Row(None, ids(prefix), (), (), (), keep_kv=True)])
-        batch = 1
-        while batch <= max_batch:
-            rows = [Row(encoded.kv, ids(new - 32), ids(32), (0,), ((5, 6),)) for _ in range(batch)]
-            self.run(rows)
-            batch *= 2
+        vocab = self.head.vocab
+        scratch = KVStore(
+            self.stack.kv_shapes(),
+            pages=1,
+            page=self.buckets.page,
+            dtype=self.stack.embed.weight.dtype,
+            device=self.stack.device,
+        )
+        for bucket in self.buckets.tokens:
+            sizes = [WARM_ROW_TOKENS] * (bucket // WARM_ROW_TOKENS) + [bucket % WARM_ROW_TOKENS]
+            rows = [
+                Row(NO_PAST, torch.randint(3, vocab, (size,), generator=generator).tolist(), None, (0,), ((5, 6),))
+                for size in sizes
+                if size
+            ]
+            self.run(rows, scratch)
+            if self.graphs is not None:
+                self.graphs.capture(self.stack, self.buffers.view(bucket), bucket)
+        self.ready = True
 
     def image_token_count(self, image: ImageAsset) -> int:
         """How many soft tokens the vision tower writes for this image (its size decides)."""
@@ -99,56 +181,3 @@ class FusedRunner:
 
         pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
         return self.image_processor(images=pictures, return_tensors="pt")
-
-    def _outputs(
-        self,
-        rows: Sequence[Row],
-        hidden: torch.Tensor,
-        new_keys: list[torch.Tensor],
-        new_values: list[torch.Tensor],
-        prompt_lengths: list[int],
-    ) -> list[RowOutput]:
-        slot_rows = [b for b, row in enumerate(rows) for _ in row.slot_positions]
-        slot_columns = [prompt_lengths[b] + p for b, row in enumerate(rows) for p in row.slot_positions]
-        logprobs: list[torch.Tensor] = []
-        if slot_rows:
-            full = torch.log_softmax(self.logits(self.norm(hidden[slot_rows, slot_columns])), dim=-1)
-            wanted = [ids for row in rows for ids in row.label_ids]
-            width = max(len(ids) for ids in wanted)
-            index = torch.tensor([[*ids, *([ids[0]] * (width - len(ids)))] for ids in wanted], device=full.device)
-            gathered = full.gather(1, index).cpu()
-            logprobs = [gathered[i, : len(ids)] for i, ids in enumerate(wanted)]
-        outputs = []
-        cursor = 0
-        for b, row in enumerate(rows):
-            count = len(row.slot_positions)
-            kv = self._kept_kv(row, b, new_keys, new_values, prompt_lengths[b]) if row.keep_kv else None
-            start = prompt_lengths[b]
-            canvas = self.norm(hidden[b, start : start + len(row.canvas_ids)]) if row.canvas_hidden else None
-            outputs.append(RowOutput(logprobs[cursor : cursor + count], kv, canvas))
-            cursor += count
-        return outputs
-
-    @torch.inference_mode()
-    def logits(self, normed: torch.Tensor) -> torch.Tensor:
-        """The LM head over final (normed) hidden states, in fp32 and soft-capped, as the model's forward."""
-        logits: torch.Tensor = self.lm_head(normed).float()
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits
-
-    @staticmethod
-    def _kept_kv(
-        row: Row, b: int, new_keys: list[torch.Tensor], new_values: list[torch.Tensor], prompt_length: int
-    ) -> PromptKV:
-        keys, values = [], []
-        for index in range(len(new_keys)):
-            fresh_keys = new_keys[index][b, :, :prompt_length]
-            fresh_values = new_values[index][b, :, :prompt_length]
-            if row.past is not None:
-                fresh_keys = torch.cat([row.past.keys[index], fresh_keys], dim=1)
-                fresh_values = torch.cat([row.past.values[index], fresh_values], dim=1)
-            keys.append(fresh_keys.clone())
-            values.append(fresh_values.clone())
-        past_length = row.past.length if row.past is not None else 0
-        return PromptKV(keys, values, past_length + prompt_length)

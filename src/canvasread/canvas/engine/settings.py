@@ -6,13 +6,45 @@ check settings before anything heavy is imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# Bytes of encoded prompts kept for reuse across requests (the LRU prefix cache): ~2 GB holds thousands of
-# system turns of the full-size model and is small beside its ~50 GB of weights.
-DEFAULT_CACHE_BYTES = 2 << 30
+# Bytes of the KV store off a GPU (encoded prompts kept for reuse and the prompts a pass reads); on a GPU
+# the store takes a share of the memory left after the weights (`cache_bytes=None`).
+DEFAULT_CPU_CACHE_BYTES = 2 << 30
+# The token buckets a pass is padded to: every size up to the largest a pass may hold is warmed before
+# /ready, so no request ever meets a compile or a capture. Doubling steps keep padding under 2x.
+DEFAULT_TOKEN_BUCKETS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 # Rows (canvas reads) in one forward pass at most; larger batches are split.
 DEFAULT_MAX_ROWS = 256
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The engine's one shape policy: the token counts a pass is padded to, and the KV store's page size.
+
+    A pass holds at most `max_tokens` tokens (longer prompts are encoded in
+    chunks over several passes); start-up compiles and captures every bucket.
+    """
+
+    tokens: tuple[int, ...] = DEFAULT_TOKEN_BUCKETS
+    page: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.tokens or list(self.tokens) != sorted(set(self.tokens)) or self.tokens[0] < 1:
+            raise ValueError("token buckets must be distinct positive sizes in increasing order")
+        if self.page < 1:
+            raise ValueError("the page size must be at least 1")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokens[-1]
+
+    def pad(self, tokens: int) -> int:
+        """The smallest bucket that holds `tokens`."""
+        for size in self.tokens:
+            if size >= tokens:
+                return size
+        raise ValueError(f"a pass of {tokens} tokens is over the largest bucket, {self.max_tokens}")
 
 
 @dataclass(frozen=True)
@@ -40,13 +72,15 @@ class EngineSettings:
     compile: bool = True
     # Off by default: FP8 halves the experts' bytes but is not exact (mean KL and agreement in bench results).
     fp8_experts: bool = False
-    cache_bytes: int = DEFAULT_CACHE_BYTES
+    # None: on a GPU, 40% of the memory free after loading; elsewhere DEFAULT_CPU_CACHE_BYTES.
+    cache_bytes: int | None = None
     max_rows: int = DEFAULT_MAX_ROWS
+    buckets: Buckets = field(default_factory=Buckets)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
             raise ValueError("gpus must be at least 1")
         if self.gpus > 1 and self.device is not None:
             raise ValueError("--gpus places one replica on each of cuda:0..N-1; leave --device out")
-        if self.cache_bytes < 0 or self.max_rows < 1:
+        if (self.cache_bytes is not None and self.cache_bytes < 0) or self.max_rows < 1:
             raise ValueError("cache_bytes must be >= 0 and max_rows >= 1")

@@ -1,7 +1,7 @@
 """Pinned multi-step reads: what happens to a canvas between two decoder passes.
 
 A read of `steps` steps runs the decoder `steps` times over its prompt's KV
-(encoded once). Between passes the canvas goes through one denoising step of
+(encoded once, in the store). Between passes the canvas goes through one denoising step of
 transformers' DiffusionGemma generation loop (`_denoising_step` with its
 `EntropyBoundSampler` and linear temperature schedule, driven with
 `max_denoising_steps = steps`):
@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.rows import PromptKV
 from canvasread.canvas.reader import CanvasRead
 
 
@@ -61,7 +60,6 @@ class Denoising:
     def __init__(self, read: CanvasRead, device: torch.device) -> None:
         self.read = read
         self.done = 0  # decoder passes run so far
-        self.kv: PromptKV | None = None  # the prompt's KV once encoded: every later pass reads it
         self.signal: torch.Tensor | None = None  # the soft embeddings of the last pass ([canvas, hidden])
         self.generator = torch.Generator(device=device).manual_seed(read.seed)
         template = torch.tensor(read.canvas_ids, dtype=torch.long, device=device)

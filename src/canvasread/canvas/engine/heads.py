@@ -1,0 +1,53 @@
+"""The LM head where a read needs it: label log-probabilities at slots, full logits for denoising steps.
+
+A slot's answer needs its label ids' log-probabilities, whose normaliser is a
+log-sum-exp over the whole vocabulary (262k columns on the real model). The
+head runs over slots in chunks of at most `CHUNK_ELEMENTS` logits, so a pass
+of thousands of slots never holds a [slots, vocab] tensor, and only the
+label columns leave the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+# fp32 logits one chunk of slots may hold: 64 MB, 64 slots of the real vocabulary.
+CHUNK_ELEMENTS = 1 << 24
+
+
+class SlotHead:
+    """The final norm, LM head and soft-cap of a loaded `DiffusionGemmaForBlockDiffusion`."""
+
+    def __init__(self, model: Any) -> None:
+        self.norm = model.model.encoder.language_model.norm
+        self.lm_head = model.lm_head
+        self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.lm_head.weight.shape[0])
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head over final (normed) hidden states, in fp32 and soft-capped, as the model's forward."""
+        logits: torch.Tensor = self.lm_head(normed).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    def label_logprobs(self, hidden: torch.Tensor, label_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Per slot (a row of `hidden`, before the norm): the log-probabilities of its label ids, on the CPU."""
+        if not label_ids:
+            return []
+        width = max(len(ids) for ids in label_ids)
+        index = torch.tensor([[*ids, *([ids[0]] * (width - len(ids)))] for ids in label_ids], device=hidden.device)
+        step = max(1, CHUNK_ELEMENTS // self.vocab)
+        parts = []
+        for start in range(0, hidden.shape[0], step):
+            logits = self.logits(self.norm(hidden[start : start + step]))
+            chosen = logits.gather(1, index[start : start + step])
+            parts.append(chosen - torch.logsumexp(logits, dim=-1, keepdim=True))
+        gathered = torch.cat(parts).cpu()
+        return [gathered[i, : len(ids)] for i, ids in enumerate(label_ids)]

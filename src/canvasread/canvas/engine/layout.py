@@ -1,0 +1,160 @@
+"""How a pass's rows are laid out: one flat run of tokens padded to a bucket, and attention groups over it.
+
+Every token-wise piece of a layer (norms, projections, rotary, experts) runs
+over the flat tokens, so rows of any prompts, lengths and kinds share one
+shape: the bucket. Attention is the one row-wise piece: rows are grouped by
+size (padding within a group stays under about twice the real work), and
+each group gathers its rows' queries from the flat tokens and their keys
+from the store (the past, by slot) and from the pass (their own tokens). The
+masks are `masks.attention_mask`'s, with each row's keys laid out as its
+padded past, then its padded new tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from canvasread.canvas.engine.masks import attention_mask
+from canvasread.canvas.engine.rows import Row
+
+# Query-key pairs one attention group may hold (times the heads: its score tensor), about 1 GB in fp32 at 16 heads.
+GROUP_PAIRS = 1 << 24
+# Padding a group may add beyond twice its real query-key pairs (small rows group freely).
+GROUP_SLACK = 1 << 12
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Rows attended together: where their queries are in the flat pass, their past slots, and their masks."""
+
+    queries: torch.Tensor  # [rows, new] flat token indices (padding points at token 0)
+    past: torch.Tensor  # [rows, past] store slots (padding points at slot 0)
+    valid: torch.Tensor  # [rows * new] which gathered queries are real
+    targets: torch.Tensor  # flat indices of the real queries, in gathered order
+    masks: dict[str, torch.Tensor]  # per layer kind: [rows, 1, new, past + new]
+
+
+@dataclass(frozen=True)
+class PassLayout:
+    """Device inputs of one pass of `tokens` (a bucket) flat tokens; `used` of them are real."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    is_canvas: torch.Tensor
+    used: int
+    written: torch.Tensor  # flat indices of the prompt tokens whose keys go to the store
+    slots: torch.Tensor  # the store slots they go to
+    starts: list[int]  # each row's first flat token
+    groups: list[AttentionGroup]
+    images: list[tuple[int, torch.Tensor]]  # (flat offset, features)
+    signals: list[tuple[int, torch.Tensor]]  # (flat offset, self-conditioning of a canvas row)
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def lay_out(
+    rows: Sequence[Row], *, bucket: int, kinds: Sequence[str], window: int, image_blocks: bool, device: torch.device
+) -> PassLayout:
+    """The flat layout of `rows` padded to `bucket` tokens, with masks for each layer kind in `kinds`."""
+    starts, cursor = [], 0
+    for row in rows:
+        starts.append(cursor)
+        cursor += len(row.ids)
+    if cursor > bucket:
+        raise ValueError(f"{cursor} tokens do not fit a bucket of {bucket}")
+    tokens = torch.zeros(bucket, dtype=torch.long)
+    positions = torch.zeros(bucket, dtype=torch.long)
+    is_canvas = torch.zeros(bucket, dtype=torch.bool)
+    written: list[torch.Tensor] = []
+    slots: list[torch.Tensor] = []
+    for row, start in zip(rows, starts, strict=True):
+        end = start + len(row.ids)
+        tokens[start:end] = torch.tensor(list(row.ids), dtype=torch.long)
+        positions[start:end] = torch.arange(len(row.past), len(row.past) + len(row.ids))
+        is_canvas[start:end] = row.canvas
+        if row.write is not None:
+            written.append(torch.arange(start, end))
+            slots.append(row.write)
+    empty = torch.zeros(0, dtype=torch.long)
+    placed = list(zip(rows, starts, strict=True))
+    return PassLayout(
+        tokens.to(device),
+        positions.to(device),
+        is_canvas.to(device),
+        cursor,
+        torch.cat([empty, *written]).to(device),
+        torch.cat([empty, *slots]).to(device),
+        starts,
+        [
+            _group(rows, starts, members, kinds=kinds, window=window, image_blocks=image_blocks, device=device)
+            for members in _grouping(rows)
+        ],
+        [(start + offset, features) for row, start in placed for offset, features in row.images],
+        [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
+    )
+
+
+def _grouping(rows: Sequence[Row]) -> list[list[int]]:
+    """Row indices in groups whose padded query-key pairs stay near their real ones and under GROUP_PAIRS."""
+    order = sorted(range(len(rows)), key=lambda b: (len(rows[b].ids), len(rows[b].past)), reverse=True)
+    groups: list[list[int]] = []
+    real = widest_new = widest_keys = 0
+    for b in order:
+        new, keys = len(rows[b].ids), len(rows[b].past) + len(rows[b].ids)
+        if groups:
+            members = len(groups[-1]) + 1
+            padded = members * max(widest_new, new) * max(widest_keys, keys)
+            if padded <= 2 * (real + new * keys) + GROUP_SLACK and padded <= GROUP_PAIRS:
+                groups[-1].append(b)
+                real += new * keys
+                widest_new, widest_keys = max(widest_new, new), max(widest_keys, keys)
+                continue
+        groups.append([b])
+        real, widest_new, widest_keys = new * keys, new, keys
+    return groups
+
+
+def _group(
+    rows: Sequence[Row],
+    starts: Sequence[int],
+    members: Sequence[int],
+    *,
+    kinds: Sequence[str],
+    window: int,
+    image_blocks: bool,
+    device: torch.device,
+) -> AttentionGroup:
+    chosen = [rows[b] for b in members]
+    max_new = max(len(row.ids) for row in chosen)
+    max_past = max(len(row.past) for row in chosen)
+    queries = torch.zeros(len(chosen), max_new, dtype=torch.long)
+    past = torch.zeros(len(chosen), max_past, dtype=torch.long)
+    valid = torch.zeros(len(chosen), max_new, dtype=torch.bool)
+    for g, (row, b) in enumerate(zip(chosen, members, strict=True)):
+        queries[g, : len(row.ids)] = torch.arange(starts[b], starts[b] + len(row.ids))
+        past[g, : len(row.past)] = row.past
+        valid[g, : len(row.ids)] = True
+    prompt = [0 if row.canvas else len(row.ids) for row in chosen]
+    lengths = torch.tensor([[len(row.past) for row in chosen], prompt, [len(row.ids) for row in chosen]])
+    spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen] if image_blocks else []
+    lengths = lengths.to(device)
+    masks = {
+        kind: attention_mask(
+            sliding=kind == "sliding_attention",
+            window=window,
+            lengths=lengths,
+            max_past=max_past,
+            max_new=max_new,
+            image_spans=spans,
+        )
+        for kind in kinds
+    }
+    flat_valid = valid.reshape(-1)
+    return AttentionGroup(
+        queries.to(device), past.to(device), flat_valid.to(device), queries.reshape(-1)[flat_valid].to(device), masks
+    )

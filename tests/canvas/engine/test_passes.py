@@ -1,0 +1,101 @@
+"""Fused passes over the KV store: rows of different prompts, prefixes, lengths and steps share one pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from canvasread.canvas.backend import CanvasBackend
+from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.settings import Buckets
+from canvasread.canvas.reader import CanvasRead, Slot
+from canvasread.decide import Decider
+
+
+def tiny_model(decider: Decider) -> Any:
+    backend = decider.served[0].backend
+    assert isinstance(backend, CanvasBackend) and backend.runtime is not None
+    return backend.runtime.reader.runner.model  # type: ignore[attr-defined]
+
+
+def mixed_reads(vocab: int) -> list[CanvasRead]:
+    """Two question sets (prefixes) and a prompt without one, states of many lengths, one and three steps."""
+    generator = torch.Generator().manual_seed(5)
+
+    def ids(length: int) -> tuple[int, ...]:
+        return tuple(torch.randint(3, vocab, (length,), generator=generator).tolist())
+
+    prefixes = [ids(23), ids(40)]
+    reads = []
+    for n, state in enumerate((4, 57, 13, 90, 31, 8)):
+        prefix = prefixes[n % 2] if n < 5 else ()
+        canvas = ids(16 * (1 + n % 2))
+        slots = (Slot(3, (5, 6)), Slot(len(canvas) - 2, (7, 8, 9, 10)))
+        reads.append(CanvasRead(prefix + ids(state), len(prefix), canvas, slots, steps=1 + 2 * (n % 2), seed=n))
+    # a second canvas of the first prompt: read in the pass that encodes it
+    reads.append(CanvasRead(reads[0].prompt_ids, 23, ids(16), (Slot(0, (11, 12)),)))
+    return reads
+
+
+def assert_same_read(read: CanvasRead, got: list[Any], want: list[Any]) -> None:
+    """fp32 sums follow the pass's shape, so logits move in the last digits (2e-6 relative); denoising steps
+    amplify that (test_steps.py): a row that read another row's keys or canvas would be off by whole units."""
+    tolerance = 2e-6 if read.steps == 1 else 1e-3
+    for x, y in zip(got, want, strict=True):
+        assert x.label_logprobs == pytest.approx(y.label_logprobs, rel=tolerance)
+
+
+def test_mixed_prompts_in_one_pass_equal_each_read_alone(tiny_decider: Decider) -> None:
+    model = tiny_model(tiny_decider)
+    reads = mixed_reads(int(model.config.text_config.vocab_size))
+    together = InProcessReader(FusedRunner(model))
+    got = together.read(reads)
+    assert together.counters()["passes"] == 3  # all first reads in one pass, then the two later steps
+    for read, result in zip(reads, got, strict=True):
+        [alone] = InProcessReader(FusedRunner(model)).read([read])
+        assert_same_read(read, result, alone)
+
+
+def test_cached_prompts_and_prefixes_read_as_fresh_ones(tiny_decider: Decider) -> None:
+    model = tiny_model(tiny_decider)
+    reads = mixed_reads(int(model.config.text_config.vocab_size))
+    reader = InProcessReader(FusedRunner(model))
+    first = reader.read(reads)
+    encoded = reader.counters()["prompt_tokens_encoded"]
+    again = reader.read(reads)
+    assert reader.counters()["prompt_tokens_encoded"] == encoded  # every prompt came from the store
+    assert reader.counters()["prompt_cache_hits"] == 6
+    for read, a, b in zip(reads, first, again, strict=True):
+        assert_same_read(read, a, b)
+
+
+def test_a_long_prompt_is_encoded_in_rows_over_passes_and_reads_as_one(tiny_decider: Decider) -> None:
+    model = tiny_model(tiny_decider)
+    [read] = mixed_reads(int(model.config.text_config.vocab_size))[3:4]
+    long = CanvasRead(read.prompt_ids * 4, 0, read.canvas_ids, read.slots)
+    small = InProcessReader(FusedRunner(model, buckets=Buckets((64, 128))))
+    [chunked] = small.read([long])
+    assert small.counters()["passes"] >= 3
+    [whole] = InProcessReader(FusedRunner(model)).read([long])
+    assert_same_read(long, chunked, whole)
+
+
+def test_a_store_too_small_evicts_the_cache_and_still_reads(tiny_decider: Decider) -> None:
+    model = tiny_model(tiny_decider)
+    reads = mixed_reads(int(model.config.text_config.vocab_size))
+    runner = FusedRunner(model)
+    per_prompt = max(len(r.prompt_ids) for r in reads) + 16
+    from canvasread.canvas.engine.kvstore import KVStore
+
+    shapes = runner.stack.kv_shapes()
+    budget = 7 * per_prompt * KVStore.bytes_per_token(shapes, runner.stack.embed.weight.dtype)
+    reader = InProcessReader(runner, cache_bytes=budget)
+    for read in reads:
+        reader.read([read])
+    assert reader.counters()["kv_cache_entries"] < 2 * len(reads)
+    [result] = reader.read(reads[:1])
+    [fresh] = InProcessReader(FusedRunner(model)).read(reads[:1])
+    assert_same_read(reads[0], result, fresh)

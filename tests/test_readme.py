@@ -7,7 +7,11 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from helpers import serve_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -98,3 +102,79 @@ def test_the_streamed_pipeline_example_runs_from_its_file(sparrow_server: str) -
     events = [line.removeprefix("event: ") for line in run.stdout.splitlines() if line.startswith("event: ")]
     assert events[-1] == "done" and "error" not in events
     assert {"answer", "skipped"} <= set(events)
+
+
+CPU_SECTION = "Try the DiffusionGemma features on a CPU"
+README_URL = "http://127.0.0.1:8011"
+KINDS = {"noul": "noul", "choice": "choice", "score": "score", "span": "found", "spans": "spans"}
+
+
+def cpu_commands() -> tuple[list[str], list[str]]:
+    """The section's setup lines (comments dropped) and its curl commands, each with its comment line."""
+    setup, reads = code_blocks(section(CPU_SECTION), "bash")
+    lines = [line.split("  #")[0].strip() for line in setup.strip().splitlines()]
+    return lines, re.split(r"\n(?=# )", reads.strip())
+
+
+@pytest.fixture(scope="module")
+def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The section's `tiny-checkpoint` and `serve` lines as written (its folder put under a temp dir)."""
+    _, _, write, serve = cpu_commands()[0]
+    folder = str(tmp_path_factory.mktemp("readme") / "tiny")
+    written = shell(write, **{"./tiny": folder})
+    assert written.returncode == 0, written.stderr
+    assert f"serve it with: canvasread serve --model {folder}" in written.stdout
+    argv = shlex.split(serve.replace("./tiny", folder))
+    assert argv[:2] == ["canvasread", "serve"] and "--port" not in argv
+    with serve_cli(*argv[2:]) as base:
+        yield base
+
+
+def test_the_cpu_install_lines_pin_the_cpu_torch_before_the_extra() -> None:
+    """pip cannot reach PyTorch's index here, so the install lines are checked, not run: the CPU wheel of the
+    torch the suite runs on, from PyTorch's CPU index, installed before the extra (which it then satisfies)."""
+    import torch
+
+    torch_line, extra_line, _, _ = cpu_commands()[0]
+    version = torch.__version__.split("+")[0]
+    assert torch_line == f"pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu"
+    assert f"TORCH ?= torch=={version}" in (ROOT / "Makefile").read_text()
+    assert extra_line == "pip install '.[diffusion]'"
+
+
+@pytest.mark.parametrize("index", range(len(cpu_commands()[1])))
+def test_each_cpu_curl_answers_every_question_in_its_shape(cpu_server: str, index: int) -> None:
+    command = cpu_commands()[1][index]
+    body = json.loads(re.search(r"-d '(.*)'", command, flags=re.S).group(1))  # type: ignore[union-attr]
+    run = shell(command, **{README_URL: cpu_server})
+    assert run.returncode == 0, run.stderr
+    answered = json.loads(run.stdout)
+    answers = answered["answers"]
+    assert list(answers) == list(body["questions"]), answered
+    for key, question in body["questions"].items():
+        answer = answers[key]
+        assert answer["type"] == question["type"] and KINDS[question["type"]] in answer, answer
+        pieces = answer.get("spans", [answer] if question["type"] == "span" else [])
+        assert all(body["state"][p["start"] : p["end"]] == p["text"] for p in pieces), answer
+        if "probabilities" in answer:
+            assert sum(answer["probabilities"].values()) == pytest.approx(1.0)
+    diagnostics = [answer.get("diagnostics", {}) for answer in answers.values()]
+    if "steps" in body:
+        assert all(d["steps"] == body["steps"] for d in diagnostics)
+    if "think" in body:
+        assert all(0 < d["thought"]["tokens"] <= body["think"] for d in diagnostics)
+
+
+def test_the_cpu_box_example_prints_a_box_from_the_sdk(cpu_server: str) -> None:
+    [code] = code_blocks(section(CPU_SECTION), "python")
+    assert f'base_url="{README_URL}"' in code
+    code = code.replace(README_URL, cpu_server)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    edges = dict(re.findall(r"(top|bottom|left|right)=([\d.]+)", run.stdout))
+    assert set(edges) == {"top", "bottom", "left", "right"}, run.stdout
+    assert (
+        0 <= float(edges["top"]) <= float(edges["bottom"]) <= 1
+        and 0 <= float(edges["left"]) <= float(edges["right"]) <= 1
+    )
+    assert 0 <= float(run.stdout.split()[-1]) <= 1

@@ -7,7 +7,7 @@ import re
 import pytest
 from helpers import canvasread
 
-COMMANDS = ("serve", "ask", "models", "eval", "calibrate", "banking77", "bench", "version")
+COMMANDS = ("serve", "ask", "models", "eval", "calibrate", "banking77", "bench", "tiny-checkpoint", "version")
 # Option values show a metavar such as MODEL or N. typer itself marks flags `<bool>` (its own --help too) and
 # types positional arguments beside their name (`STATE <str>`); those it offers no way to change.
 PYTHON_TYPES = re.compile(r"<(list\[|str>|int>|float>|path>)")

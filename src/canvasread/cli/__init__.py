@@ -20,6 +20,7 @@ from canvasread.cli.eval import eval_command
 from canvasread.cli.mcp import mcp
 from canvasread.cli.models import models
 from canvasread.cli.serve import serve
+from canvasread.cli.tiny_checkpoint import tiny_checkpoint
 
 app = typer.Typer(
     help="canvasread: a self-hosted System One decision server.",
@@ -59,6 +60,7 @@ app.command()(guarded(calibrate))
 app.command()(guarded(banking77))
 app.command()(guarded(bench))
 app.command()(guarded(mcp))
+app.command("tiny-checkpoint")(guarded(tiny_checkpoint))
 app.command()(version)
 
 

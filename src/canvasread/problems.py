@@ -49,18 +49,26 @@ def problems_from(error: ValidationError, payload: Any) -> list[FieldProblem]:
 
 def _one(entry: Mapping[str, Any], payload: Any) -> FieldProblem:
     loc, kind = _user_loc(payload, tuple(entry["loc"]), entry["type"]), str(entry["type"])
+    if kind.startswith("union_tag"):
+        return _type_problem(entry, loc)
     msg = _in_json_words(str(entry["msg"]).removeprefix(_VALUE_ERROR))
     ctx = {k: _scalar(v) for k, v in entry.get("ctx", {}).items() if v is not None and k not in _INTERNAL_CTX}
-    if kind.startswith("union_tag"):  # the discriminator: the question's `type`, missing or not a kind
-        tags = ", ".join(f'"{name}"' for name in KINDS)
-        loc, ctx = (*loc, "type"), {"expected": tags}
-        kind, msg = ("missing", f"Field required: a question's type, one of {tags}")
-        if entry["type"] == "union_tag_invalid":
-            kind, msg = "literal_error", f"{_SHOULD_BE}one of {tags} (the question types)"
-            return FieldProblem(loc, msg, kind, json_safe(entry.get("ctx", {}).get("tag")), ctx)
-    elif kind in ("too_short", "too_long"):
+    if kind in ("too_short", "too_long"):
         msg = _length_message(kind, ctx, entry.get("input"))
     return FieldProblem(loc, msg, kind, json_safe(entry.get("input")), ctx)
+
+
+def _type_problem(entry: Mapping[str, Any], loc: Loc) -> FieldProblem:
+    """A question's discriminator, missing or not a kind: located at its `type`, listing the kinds."""
+    tags = ", ".join(f'"{name}"' for name in KINDS)
+    ctx: dict[str, JSONValue] = {"expected": tags}
+    if entry["type"] == "union_tag_invalid":
+        tag = json_safe(entry.get("ctx", {}).get("tag"))
+        return FieldProblem(
+            (*loc, "type"), f"{_SHOULD_BE}one of {tags} (the question types)", "literal_error", tag, ctx
+        )
+    msg = f"Field required: a question's type, one of {tags}"
+    return FieldProblem((*loc, "type"), msg, "missing", json_safe(entry.get("input")), ctx)
 
 
 def _user_loc(payload: Any, loc: Loc, kind: str) -> Loc:

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from canvasread.backends.base import Gone, never_gone
@@ -26,6 +26,7 @@ from canvasread.systemone.peers import PEERS, SYSTEMONE_PATH, Ask, Reply
 from canvasread.systemone.settings import SystemOneSettings
 from canvasread.systemone.split import CERTAIN, QuestionPlan, in_calls, max_options
 from canvasread.types import Capabilities, DecisionRequest, DecisionResult, JSONValue, ModelCard, Usage
+from canvasread.upstream.calls import wait_all
 from canvasread.upstream.pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class SystemOneBackend:
                 plan.combine(replies, last, engine)
                 for plan, replies, last in zip(jobs[i].plans, groups[i], final, strict=True)
             )
-            results[i] = DecisionResult(distributions, _plus(firsts[i].usage, finals[i].usage))
+            results[i] = DecisionResult(distributions, firsts[i].usage.plus(finals[i].usage))
         return results
 
     @staticmethod
@@ -165,27 +166,12 @@ class SystemOneBackend:
         calls = [(i, call) for i, wanted in asks.items() for call in in_calls(wanted, self.peer.max_questions)]
         bodies = [self.peer.body(self.settings.model, jobs[i].state, call) for i, call in calls]
         futures = [executor.submit(pool.post_json, SYSTEMONE_PATH, body) for body in bodies]
-        _wait_all(futures)
+        wait_all(futures)
         self._calls += len(calls)
         done = {i: _Asked(wanted, [], Usage()) for i, wanted in asks.items()}
         for (i, call), future in zip(calls, futures, strict=True):
             replies, spent = self.peer.replies(future.result(), call)
             asked = done[i]
             asked.replies.extend(replies)
-            asked.usage = _plus(asked.usage, spent)
+            asked.usage = asked.usage.plus(spent)
         return done
-
-
-def _plus(one: Usage, other: Usage) -> Usage:
-    return Usage(one.input_tokens + other.input_tokens, one.output_tokens + other.output_tokens)
-
-
-def _wait_all(futures: Sequence[Future[object]]) -> None:
-    """Wait for every call; on the first failure cancel those not started and raise it."""
-    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-    for future in done:
-        error = future.exception()
-        if error is not None:
-            for waiting in pending:
-                waiting.cancel()
-            raise error

@@ -58,11 +58,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from canvasread.canvas.reader import CanvasRead, Slot, SlotLogProbs
 from canvasread.errors import UpstreamFailure
+from canvasread.upstream.calls import wait_all
 from canvasread.upstream.pool import UpstreamPool
 
 COMPLETIONS_PATH = "/v1/completions"
@@ -182,7 +183,7 @@ class VllmReader:
             self._executor.submit(self.pool.post_json, COMPLETIONS_PATH, completion_body(self.model, reads[r], ids))
             for r, ids in requests
         ]
-        self._wait_all(futures)
+        wait_all(futures)
         found: list[dict[tuple[int, int], float]] = [{} for _ in reads]
         for (r, ids), future in zip(requests, futures, strict=True):
             rows = logprob_rows(future.result())
@@ -194,14 +195,3 @@ class VllmReader:
             [SlotLogProbs(tuple(values[slot.position, t] for t in slot.label_ids)) for slot in read.slots]
             for read, values in zip(reads, found, strict=True)
         ]
-
-    @staticmethod
-    def _wait_all(futures: Sequence[Future[Any]]) -> None:
-        """Wait for every request; on the first failure cancel those not started and raise it."""
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in done:
-            error = future.exception()
-            if error is not None:
-                for waiting in pending:
-                    waiting.cancel()
-                raise error

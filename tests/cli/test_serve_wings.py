@@ -14,6 +14,10 @@ from helpers import assert_one_line_error, canvasread
         (["--escalate", "default", "--escalate-below", "2"], "between 0 and 1"),
         (["--upstream-systemone", "http://peer:8000", "--upstream-peer", "tgi"], "--upstream-peer must be one of"),
         (["--upstream-systemone", "http://a:1", "--upstream", "http://b:1"], "not both"),
+        (
+            ["--upstream-systemone", "http://a:1", "--upstream-peer", "vllm", "--upstream-max-options", "30"],
+            "16 and 26",
+        ),
     ],
 )
 def test_a_wrong_flag_is_one_line(flags: list[str], expected: str) -> None:

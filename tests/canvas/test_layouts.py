@@ -112,13 +112,15 @@ def test_each_canvas_is_read_against_its_own_prompt(tiny_checkpoint: Path, layou
     [result] = backend.decide([job])
     assert len(job.plan.prompts) == len(job.plan.canvases) == (2 if count > 1 else 1)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
+    forwards: dict[int, torch.Tensor] = {}  # one forward per canvas, shared by the questions on it
     for planned, distribution in zip(job.plan.questions, result.distributions, strict=True):
-        canvas = job.plan.canvases[planned.canvas]
-        ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=4, read=0)
-        prompt = torch.tensor([job.plan.prompt(canvas).ids])
-        with torch.no_grad():
-            logits = model(input_ids=prompt, decoder_input_ids=torch.tensor([ids])).logits
-        row = torch.log_softmax(logits[0, planned.position].float(), dim=-1)[list(planned.label_ids)]
+        if planned.canvas not in forwards:
+            canvas = job.plan.canvases[planned.canvas]
+            ids = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=4, read=0)
+            prompt = torch.tensor([job.plan.prompt(canvas).ids])
+            with torch.no_grad():
+                forwards[planned.canvas] = model(input_ids=prompt, decoder_input_ids=torch.tensor([ids])).logits[0]
+        row = torch.log_softmax(forwards[planned.canvas][planned.position].float(), dim=-1)[list(planned.label_ids)]
         assert distribution.probabilities == pytest.approx(torch.softmax(row, dim=-1).tolist(), abs=1e-5)
         assert distribution.details["layout"] == layout
     assert result.usage.input_tokens == job.plan.prompt_tokens

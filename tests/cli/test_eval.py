@@ -57,8 +57,9 @@ def test_eval_over_http_matches_in_process(slice_path: Path, tmp_path: Path, spa
         assert result.returncode == 0, result.stdout + result.stderr
     first, second = _report(local), _report(remote)
     assert second["run"]["source"] == sparrow_server and second["run"]["order"] == "rotate"
-    for key in ("n", "accuracy", "ece", "brier", "log_loss"):
-        assert first[key] == second[key]
+    assert (first["n"], first["accuracy"]) == (second["n"], second["accuracy"])
+    for key in ("ece", "brier", "log_loss"):  # the server batches reads otherwise, so float rounding differs
+        assert second[key] == pytest.approx(first[key], rel=1e-6)
 
 
 def test_eval_counts_abstentions(slice_path: Path, tmp_path: Path) -> None:

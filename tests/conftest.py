@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Shared test modules import by their own names: helpers.py here, and the vLLM stand-in beside the vLLM wing's
+# tests (it stands in for that wing's upstream, and runs as a script there: `python tests/canvas/vllm/vllm_standin.py`).
+sys.path.insert(0, str(Path(__file__).parent / "canvas" / "vllm"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import serve_cli
@@ -34,9 +37,12 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tiny_checkpoint: Path) -> HFTokenizer:
-    """The real Gemma tokenizer, as the tiny checkpoint ships it (planning and labels are checked against it)."""
-    return HFTokenizer.load(str(tiny_checkpoint))
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> HFTokenizer:
+    """The real Gemma tokenizer, as every tiny checkpoint ships it (planning and labels are checked against it),
+    written on its own so a test that only tokenizes builds no model."""
+    from canvasread.tools.checkpoints import fetch_gemma_tokenizer
+
+    return HFTokenizer.load(str(fetch_gemma_tokenizer(tmp_path_factory.mktemp("gemma-tokenizer"))))
 
 
 @pytest.fixture(scope="session")

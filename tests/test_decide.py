@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from helpers import even
+from helpers import canvas_backend, even
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.calibration import Calibration
@@ -181,8 +181,7 @@ def test_a_fixed_sample_count_reads_every_question_that_often_in_one_call(tokeni
 
 def test_a_canvas_jobs_cost_is_its_prompt_and_first_reads(tokenizer: HFTokenizer) -> None:
     decider = canvas_decider(tokenizer, ScriptedReader(unsure_labels=0))
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
+    backend = canvas_backend(decider)
     job = backend.prepare(request({"money": NOUL, "team": CHOICE}, samples=3))
     canvases = sum(len(canvas.ids) for canvas in job.plan.canvases)
     assert backend.cost(job) == JobCost(job.plan.prompt_tokens + 3 * canvases, 0)

@@ -15,7 +15,7 @@ from sparrow_decider import Decider as SparrowLibrary
 from typesafe_sdk import TypeSafeClient
 
 from canvasread.backends.base import Gone, PreparationStopped, never_gone, watching
-from canvasread.backends.sparrow import SparrowBackend, SparrowJob, SparrowLimits, _sparrow_question
+from canvasread.backends.sparrow import SparrowBackend, SparrowJob, SparrowLimits, sparrow_question
 from canvasread.backends.sparrow_static import CHUNK_CHARS, bounded_ids
 from canvasread.decide import Decider
 from canvasread.errors import InvalidRequest, PayloadTooLarge
@@ -63,7 +63,7 @@ def test_answers_equal_the_librarys_own_reads(pair: tuple[SparrowBackend, Sparro
         if len(question.options) == 1:
             assert distribution.probabilities == (1.0,)
             continue
-        _, names, _, expected = library.probs(state, _sparrow_question(question))
+        _, names, _, expected = library.probs(state, sparrow_question(question))
         by_name = dict(zip(names, (float(p) for p in expected), strict=True))
         want = [by_name[name] / sum(by_name.values()) for name in question.option_names]
         np.testing.assert_allclose(distribution.probabilities, want, rtol=1e-5, atol=1e-7)
@@ -148,7 +148,7 @@ def test_the_worker_tokenises_nothing() -> None:
     backend = SparrowBackend("sparrow-nano-robot-v1.2")
     backend.load()
     job = backend.prepare(parsed(HUGE + " battery: 5%", {f"q{i}": QUESTIONS["team"] for i in range(40)}))
-    tokenizer = backend._decider.static.tok
+    tokenizer = backend.library.static.tok
 
     def refuse(text: str, max_len: int = 512) -> list[int]:
         raise AssertionError("the worker tokenised text")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from canvasread.canvas.backend import CanvasBackend
+from helpers import canvas_backend
+
 from canvasread.decide import Decider
 from canvasread.wire import parse_request
 
@@ -10,8 +11,7 @@ QUESTIONS = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"
 
 
 def test_re_reads_stop_for_a_job_whose_caller_has_left(tiny_decider: Decider) -> None:
-    backend = tiny_decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
+    backend = canvas_backend(tiny_decider)
     body = {"model": "m", "state": "charged twice", "questions": QUESTIONS, "seed": 2, "samples": "auto"}
     before = backend.counters()["rereads"]
     [waited] = backend.decide([backend.prepare(parse_request(body)[1])])

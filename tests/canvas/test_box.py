@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, generation_path_logprobs, png
+from helpers import canvas_backend, generation_path_logprobs, loaded_runtime, png
 from typesafe_sdk import Box, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
 from canvasread.canvas.plan import noisy_canvas
@@ -44,8 +44,7 @@ def box_request(state: str = "Photo: <image:1>", images: int = 1, **extensions: 
 
 def test_a_box_is_eight_digit_slots_verified_in_context(tiny_decider: Decider) -> None:
     backend = canvas_backend(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(backend)
     job = backend.prepare(parse_request(box_request())[1])
     planned, _ = job.plan.questions
     assert len(planned.slots) == box.SLOTS
@@ -65,8 +64,7 @@ def test_a_box_read_equals_a_plain_forward_composed_into_edges(tiny_decider: Dec
     """Every digit slot is read at the right place with the image in the prompt (as transformers' generation path
     reads it); the edges are their product."""
     backend = canvas_backend(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(backend)
     runner = runtime.reader.runner  # type: ignore[attr-defined]
     job = backend.prepare(parse_request(box_request(samples=1, seed=5))[1])
     [result] = backend.decide([job])

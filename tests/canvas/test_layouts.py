@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import canvas_backend, loaded_runtime
 from typer.testing import CliRunner
 
 from canvasread.calibration import Calibration
-from canvasread.canvas.backend import CanvasBackend, ReadSettings
+from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.layouts import LAYOUTS, layout_named
 from canvasread.catalog import open_decider
 from canvasread.cli import app
@@ -19,8 +20,8 @@ QUESTIONS = {"refund": {"type": "noul", "instructions": "Is the customer asking 
 
 
 def fingerprint(decider: Decider) -> str:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend) and backend.fingerprint is not None
+    backend = canvas_backend(decider)
+    assert backend.fingerprint is not None
     return backend.fingerprint
 
 
@@ -59,9 +60,8 @@ def test_both_label_forms_score_each_label_by_its_better_form(tiny_checkpoint: P
     from canvasread.wire import parse_request
 
     decider = open_decider((str(tiny_checkpoint),), reading=ReadSettings(layout=layout_named("both-label-forms")))
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend) and backend._runtime is not None
-    runtime = backend._runtime
+    backend = canvas_backend(decider)
+    runtime = loaded_runtime(backend)
     questions = {
         **QUESTIONS,
         "team": {"type": "choice", "instructions": "Which team?", "criteria": {"a": None, "b": None}},
@@ -103,9 +103,8 @@ def test_each_canvas_is_read_against_its_own_prompt(tiny_checkpoint: Path, layou
     from canvasread.wire import parse_request
 
     decider = open_decider((str(tiny_checkpoint),), reading=ReadSettings(layout=layout_named(layout)))
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend) and backend._runtime is not None
-    runtime = backend._runtime
+    backend = canvas_backend(decider)
+    runtime = loaded_runtime(backend)
     questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(count)}
     body = {"model": "m", "state": "charged twice", "questions": questions, "seed": 4, "samples": 1}
     job = backend.prepare(parse_request(body)[1])

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from helpers import FirstLabel
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.calibration import Calibration, calibrate
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime
-from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.capabilities import check_capabilities
 from canvasread.decide import Decider
@@ -158,13 +158,6 @@ def grade(monkeypatch: pytest.MonkeyPatch) -> Iterator[Question]:
     """The grade kind registered (as its module's line in `canvasread.kinds` would), and a question of it."""
     monkeypatch.setitem(typing.cast(dict[str, Kind], KINDS), "grade", Grade())
     yield Question("essay", "grade", "How good is the essay?", Grade().options(None), min_confidence=0.5)
-
-
-class FirstLabel:
-    """A reader that puts nearly all of every slot's mass on its first label."""
-
-    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        return [[SlotLogProbs((-0.01, *(-6.0 for _ in slot.label_ids[1:]))) for slot in read.slots] for read in reads]
 
 
 def test_a_kind_registered_alone_is_planned_read_answered_calibrated_and_told(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import httpx
 import pytest
 from helpers import even, free_port, serve_app, wait_until
@@ -29,9 +30,7 @@ QUESTIONS = {
 
 
 def post(base: str, model: str = "jev-latest", questions: dict[str, Any] = QUESTIONS) -> httpx.Response:
-    return httpx.post(
-        base + "/v1/systemone", json={"model": model, "state": SECRET, "questions": questions}, timeout=30
-    )
+    return helpers.post(base, {"model": model, "state": SECRET, "questions": questions})
 
 
 def access_lines(caplog: pytest.LogCaptureFixture, request_id: str) -> list[dict[str, Any]]:

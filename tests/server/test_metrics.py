@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import helpers
 import httpx
 from helpers import serve_app
 from prometheus_client.parser import text_string_to_metric_families
@@ -76,8 +77,7 @@ def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
 
 
 def post(base: str, questions: dict[str, Any], model: str = "jev-latest") -> httpx.Response:
-    body = {"model": model, "state": "I was charged twice.", "questions": questions}
-    return httpx.post(base + "/v1/systemone", json=body, timeout=30)
+    return helpers.post(base, {"model": model, "state": "I was charged twice.", "questions": questions})
 
 
 def test_request_series_move_with_requests() -> None:

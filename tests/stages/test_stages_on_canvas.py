@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RecordingReader, canvas_backend
+from helpers import RecordingReader, canvas_backend, loaded_runtime
 from vllm_standin import Standin, load_standin, running
 
 from canvasread.canvas.backend import CanvasBackend
@@ -44,8 +44,7 @@ ALONE = {
 @pytest.fixture(scope="module")
 def recorded(tiny_decider: Decider) -> tuple[Decider, RecordingReader, Tokenizer]:
     """The tiny checkpoint's loaded engine behind a reader that records what it reads."""
-    runtime = canvas_backend(tiny_decider)._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(canvas_backend(tiny_decider))
     reader = RecordingReader(runtime.reader)
     backend = CanvasBackend(tiny_decider.served[0].card, lambda: dataclasses.replace(runtime, reader=reader))
     decider = Decider([backend])
@@ -104,8 +103,7 @@ def test_later_stages_read_the_earlier_answers_through_vllm(
     decider, served = proxy
     before = len(served.requests)
     remote = decider.ask(STATE, STAGED, seed=7, samples="auto", diagnostics=True)["answers"]
-    runtime = canvas_backend(tiny_wide_decider)._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(canvas_backend(tiny_wide_decider))
     prompts = list(dict.fromkeys(runtime.tokenizer.decode(r["prompt"]) for r in served.requests[before:]))
     check_staged_prompts(remote, prompts)  # type: ignore[arg-type]
     local = tiny_wide_decider.ask(STATE, STAGED, seed=7, samples="auto", diagnostics=True)["answers"]
@@ -138,8 +136,7 @@ def test_an_alone_question_is_read_alone_through_vllm(proxy: tuple[Decider, Stan
     decider, served = proxy
     before = len(served.requests)
     decider.ask(STATE, ALONE, seed=2, samples=1)
-    runtime = canvas_backend(tiny_decider)._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(canvas_backend(tiny_decider))
     sent = served.requests[before:]
     canvases = [runtime.tokenizer.decode(r["vllm_xargs"]["diffusion_seed_canvas"]) for r in sent]
     assert len(canvases) == 3

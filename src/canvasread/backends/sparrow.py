@@ -50,7 +50,7 @@ def _text(value: JSONValue) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _sparrow_question(question: Question) -> dict[str, Any]:
+def sparrow_question(question: Question) -> dict[str, Any]:
     """The question in sparrow's own dict form: the wire's type, instructions and criteria."""
     return {
         "type": question.kind,
@@ -131,6 +131,11 @@ class SparrowBackend:
     def card(self) -> ModelCard:
         return self._card
 
+    @property
+    def library(self) -> Any:
+        """The loaded `sparrow_decider.Decider` (None before `load()`), for tests that look at its tokenizer."""
+        return self._decider
+
     def load(self) -> None:
         from sparrow_decider import Decider
 
@@ -161,7 +166,7 @@ class SparrowBackend:
                 )
         asked = [q for q in request.questions if len(q.options) > 1]
         pooled = reader.pool_request(
-            request.state, [_sparrow_question(q) for q in asked], self.limits.max_request_tokens, state_ids
+            request.state, [sparrow_question(q) for q in asked], self.limits.max_request_tokens, state_ids
         )
         return SparrowJob(request, pooled, _cut_warnings(pooled, asked, reader.max_len))
 
@@ -200,7 +205,7 @@ class SparrowBackend:
             if len(question.options) == 1:
                 distributions.append(Distribution((1.0,)))
                 continue
-            _, names, _, probabilities = self._decider.probs(request.state, _sparrow_question(question))
+            _, names, _, probabilities = self._decider.probs(request.state, sparrow_question(question))
             distributions.append(Distribution(_in_option_order(question, names, [float(p) for p in probabilities])))
         texts = [_text(request.state)] + [_text(q.instructions) for q in request.questions]
         texts += [f"{o.name} {_text(o.description)}" for q in request.questions for o in q.options]

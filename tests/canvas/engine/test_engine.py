@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import generation_path_logprobs, png
+from helpers import canvas_backend, generation_path_logprobs, loaded_runtime, png
 
-from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.plan import noisy_canvas
 from canvasread.canvas.readout import slot_reading
@@ -51,12 +50,6 @@ def numbers(response: dict[str, Any]) -> list[float]:
     return found
 
 
-def backend_of(decider: Decider) -> CanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
-    return backend
-
-
 def reference_distributions(model: Any, job: CanvasJob, vocab_size: int) -> list[tuple[float, ...]]:
     """One full forward per canvas (encoder + decoder, logits over the whole canvas), read at the slots."""
     result: list[tuple[float, ...]] = [() for _ in job.plan.questions]
@@ -73,9 +66,8 @@ def reference_distributions(model: Any, job: CanvasJob, vocab_size: int) -> list
 
 
 def test_slot_distributions_equal_a_plain_full_forward(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None
+    backend = canvas_backend(tiny_decider)
+    runtime = loaded_runtime(backend)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
     job = backend.prepare(request(many_questions(60), samples=1, seed=11))
     assert len(job.plan.canvases) >= 2, "the request should span several canvases"
@@ -87,7 +79,7 @@ def test_slot_distributions_equal_a_plain_full_forward(tiny_decider: Decider) ->
 
 
 def test_batched_requests_equal_single_requests(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
+    backend = canvas_backend(tiny_decider)
     jobs = [backend.prepare(request(many_questions(n), samples=1, seed=n)) for n in (3, 7, 20)]
     together = backend.decide(jobs)
     for job, batched in zip(jobs, together, strict=True):
@@ -108,7 +100,7 @@ def test_seed_reproduces_and_changes_answers(tiny_decider: Decider) -> None:
 
 
 def test_auto_rereads_only_uncertain_questions_without_rerunning_the_encoder(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
+    backend = canvas_backend(tiny_decider)
     questions = many_questions(9)
     probe = tiny_decider.ask(STATE, questions, seed=21, samples=1, diagnostics=True)
     entropies = sorted(a["diagnostics"]["entropy"] for a in probe["answers"].values())  # type: ignore[index]
@@ -139,9 +131,8 @@ def test_samples_n_reads_every_question_n_times(tiny_decider: Decider) -> None:
 
 
 def test_canvas_outside_slots_is_the_tokenized_answer_text(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None
+    backend = canvas_backend(tiny_decider)
+    runtime = loaded_runtime(backend)
     job = backend.prepare(request(many_questions(5), seed=3))
     canvas = job.plan.canvases[0]
     noisy = noisy_canvas(canvas, job.plan.questions, vocab_size=runtime.tokenizer.vocab_size, seed=3, read=0)
@@ -159,7 +150,7 @@ def test_canvas_outside_slots_is_the_tokenized_answer_text(tiny_decider: Decider
 
 
 def test_prefix_cache_serves_requests_with_the_same_questions(tiny_decider: Decider) -> None:
-    backend = backend_of(tiny_decider)
+    backend = canvas_backend(tiny_decider)
     questions = {"vip": {"type": "noul", "instructions": "Is the customer a VIP?"}}
     tiny_decider.ask("first customer", questions, samples=1)
     before = backend.counters()
@@ -190,9 +181,9 @@ def test_images_reach_the_vision_tower_exactly(tiny_decider: Decider) -> None:
     `generate` builds and a plain forward drops)."""
     import base64
 
-    backend = backend_of(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None and runtime.images is not None
+    backend = canvas_backend(tiny_decider)
+    runtime = loaded_runtime(backend)
+    assert runtime.images is not None
     runner = runtime.reader.runner  # type: ignore[attr-defined]
     model = runner.model
 

@@ -4,16 +4,14 @@ still parses the other answers, bad input is a 422 at the field)."""
 
 from __future__ import annotations
 
-import hashlib
-import random
 from typing import Any
 
 import httpx
 import pytest
-from helpers import transformers_denoising
+from helpers import canvas_backend, loaded_runtime, transformers_denoising
 from typesafe_sdk import Choice, TypeSafeClient
 
-from canvasread.canvas.backend import CanvasBackend
+from canvasread.canvas import seeds
 from canvasread.canvas.plan import CANVAS_TAIL
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.spans import SPAN_STEPS, StateTokens, markers_for, score_blank
@@ -29,12 +27,6 @@ QUESTIONS: dict[str, Any] = {
     "names": {"type": "spans", "instructions": "Every person named"},
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": None}},
 }
-
-
-def backend_of(decider: Decider) -> CanvasBackend:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend)
-    return backend
 
 
 def check_pieces(state: str, answer: dict[str, Any]) -> None:
@@ -56,9 +48,8 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
 ) -> None:
     """Round 0 of each span question, rebuilt from the documented noise, scored from transformers' logits after
     the blank's denoising steps (`helpers.transformers_denoising`, the loop the steps tests hold reads to)."""
-    backend = backend_of(tiny_decider)
-    runtime = backend._runtime
-    assert runtime is not None
+    backend = canvas_backend(tiny_decider)
+    runtime = loaded_runtime(backend)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
     sent: list[CanvasRead] = []
     read = runtime.reader.read
@@ -71,8 +62,7 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
         planned = job.plan.questions[q]
         canvas = job.plan.canvases[planned.canvas]
         start = planned.position
-        material = f"5|0|{planned.digest}|round0"
-        rng = random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:8], "big"))
+        rng = seeds.noise(5, 0, planned.digest, "round0")
         ids = canvas.ids[:start] + tuple(rng.randrange(runtime.tokenizer.vocab_size) for _ in canvas.ids[start:])
         distribution = result.distributions[q]
         [blank] = [r for r in sent if r.canvas_ids == ids]

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import transformers_denoising
+from helpers import canvas_backend, loaded_runtime, transformers_denoising
 
 from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.reader import InProcessReader
@@ -44,9 +44,8 @@ def transformers_read(model: Any, read: CanvasRead) -> tuple[list[list[float]], 
 
 
 def engine(decider: Decider) -> tuple[CanvasBackend, InProcessReader]:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend) and backend._runtime is not None
-    reader = backend._runtime.reader
+    backend = canvas_backend(decider)
+    reader = loaded_runtime(backend).reader
     assert isinstance(reader, InProcessReader)
     return backend, reader
 

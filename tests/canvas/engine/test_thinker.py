@@ -57,11 +57,10 @@ def thought_answer(recorded: tuple[Decider, RecordingReader, CanvasBackend]) -> 
 def test_every_read_of_the_request_holds_the_one_thought(
     recorded: tuple[Decider, RecordingReader, CanvasBackend],
     thought_answer: tuple[dict[str, Any], list[Any]],
-    tiny_thinking_checkpoint: Path,
+    tokenizer: HFTokenizer,
 ) -> None:
     _, _, backend = recorded
     answer, reads = thought_answer
-    tokenizer = HFTokenizer.load(str(tiny_thinking_checkpoint))
     thoughts = [a["diagnostics"]["thought"] for a in answer["answers"].values()]
     thought = thoughts[0]
     assert all(t == thought for t in thoughts) and thought["tokens"] == 8 and thought["ms"] > 0

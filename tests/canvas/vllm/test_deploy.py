@@ -37,7 +37,7 @@ from canvasread.server.app import create_app as create_canvasread_app
 
 REPO = Path(__file__).parents[3]
 DEPLOY = REPO / "deploy"
-STANDIN = Path(__file__).parents[2] / "vllm_standin.py"
+STANDIN = Path(__file__).parent / "vllm_standin.py"
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Is the customer asking for money back?"}}
 # The `vllm serve` flags the recipes use, as vLLM documents them (engine arguments and the OpenAI server's).
 VLLM_FLAGS = {

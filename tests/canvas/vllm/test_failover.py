@@ -23,7 +23,7 @@ from canvasread.catalog import open_decider
 from canvasread.decide import Decider
 from canvasread.upstream.pool import UpstreamUnavailable
 
-STANDIN = Path(__file__).parents[2] / "vllm_standin.py"
+STANDIN = Path(__file__).parent / "vllm_standin.py"
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "charges", "technical": None}},

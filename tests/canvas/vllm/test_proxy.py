@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, serve_app
+from helpers import canvas_backend, loaded_runtime, serve_app
 from typer.testing import CliRunner
 from vllm_standin import Standin, load_standin, running
 
@@ -215,8 +215,7 @@ def test_requests_carry_vllms_fields_and_the_planned_canvases(
 ) -> None:
     job, sent = read_requests(proxy, standin[1], questions, seed=5, samples=samples)
     assert len(job.plan.canvases) >= canvases
-    runtime = canvas_backend(proxy)._runtime
-    assert runtime is not None
+    runtime = loaded_runtime(canvas_backend(proxy))
     vocab = runtime.tokenizer.vocab_size
     expected = {
         tuple(noisy_canvas(canvas, job.plan.questions, vocab_size=vocab, seed=5, read=r)): (c, r)
@@ -475,8 +474,11 @@ def test_a_blank_read_asks_the_states_ids_in_groups_of_at_most_128(
     before = len(standin[1].requests)
     backend.decide([job])
     sent = standin[1].requests[before:]
-    assert job.state is not None and backend._runtime is not None
-    wanted = {*job.state.distinct_ids, *backend._runtime.tokenizer.encode("<turn|>")}  # the state's and the end's
+    assert job.state is not None
+    wanted = {
+        *job.state.distinct_ids,
+        *loaded_runtime(backend).tokenizer.encode("<turn|>"),
+    }  # the state's and the end's
     assert len(wanted) > 128 and len(sent) == -(-len(wanted) // 128)
     for body in sent:
         check_fields(body)

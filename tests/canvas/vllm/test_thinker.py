@@ -48,7 +48,7 @@ def proxy(tiny_thinking_checkpoint: Path) -> Iterator[tuple[Decider, Standin]]:
 
 
 def test_the_thought_is_a_generation_and_every_read_holds_it(
-    proxy: tuple[Decider, Standin], tiny_thinking_checkpoint: Path
+    proxy: tuple[Decider, Standin], tokenizer: HFTokenizer
 ) -> None:
     decider, served = proxy
     before = len(served.requests)
@@ -58,7 +58,6 @@ def test_the_thought_is_a_generation_and_every_read_holds_it(
     reads = [body for body in sent if "vllm_xargs" in body]
     assert sent.index(generation) == 0  # the thought is written before any read is sent
     assert {key: type(value) for key, value in generation.items()} == GENERATION_FIELDS
-    tokenizer = HFTokenizer.load(str(tiny_thinking_checkpoint))
     assert generation["max_tokens"] == 8
     assert generation["stop_token_ids"] == [tokenizer.encode("<channel|>")[0], tokenizer.encode("<turn|>")[0]]
     assert tokenizer.decode(generation["prompt"]).endswith("<|turn>model\n<|channel>thought\n")

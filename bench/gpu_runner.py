@@ -36,6 +36,7 @@ from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.tools.bench import cold_body, planned_reads, standard_body
+from canvasread.tools.mixed import mixed_body
 
 VARIANTS = {"eager": (None, False), "compiled": ("inductor", False), "compiled-fp8": ("inductor", True)}
 
@@ -92,8 +93,26 @@ def variant(model: Any, name: str, requests: Requests) -> dict[str, Any]:
         batches[str(size)] = {"ms": ms, "decisions_per_s": 3 * size * 1000.0 / ms}
         print(name, size, round(ms, 1), "ms", round(3 * size * 1000.0 / ms), "decisions/s", flush=True)
     entry["batches"] = batches
+    entry["mixed_batches"] = mixed_batches(reader, requests, name)
     entry["counters"] = dict(reader.counters())
     return entry
+
+
+def mixed_batches(reader: InProcessReader, requests: Requests, name: str) -> dict[str, Any]:
+    """Passes of 16 and 64 requests of the mixed workload (each read once: the reader alone, no re-reads)."""
+    timed = {}
+    for size in (16, 64):
+        runs = []
+        for _ in range(3):
+            start = requests.next
+            decisions = sum(len(mixed_body(start + i)["questions"]) for i in range(size))
+            batch = requests.reads(size, mixed_body)
+            runs.append((timed_ms(lambda b=batch: reader.read(b)), decisions))  # type: ignore[misc]
+        ms = statistics.median(ms for ms, _ in runs[1:])
+        per_s = sum(d for _, d in runs[1:]) * 1000.0 / sum(ms for ms, _ in runs[1:])
+        timed[str(size)] = {"ms": ms, "decisions_per_s": per_s}
+        print(name, "mixed", size, round(ms, 1), "ms", round(per_s), "decisions/s", flush=True)
+    return timed
 
 
 def fp8_kernel(model: Any) -> dict[str, Any]:

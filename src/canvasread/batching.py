@@ -48,10 +48,10 @@ class BatchSettings:
     # of activations on the CPU engine); 100 M pixels is two 7000x7000 photos decoded at once.
     max_batch_tokens: int = 32_768
     max_batch_pixels: int = 100_000_000
-    # Past saturation a longer queue only adds waiting: a request that would wait longer than this for the
-    # requests ahead of it (at the measured rate) is answered 529 at once, so what is accepted keeps its
-    # latency and the backend keeps its peak rate. None: only `max_pending` sheds.
-    max_queue_delay_s: float | None = 2.0
+    # Opt-in: a request that would wait longer than this for the requests ahead of it, at the rate the last
+    # batches were answered, is answered 529 at once. Off by default: the rate of small batches understates
+    # what a large one does, so at mixed sizes it sheds too early (bench/results/h200-2026-12-02-issue23).
+    max_queue_delay_s: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_pending, self.max_batch_tokens, self.max_batch_pixels) < 1:

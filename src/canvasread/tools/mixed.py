@@ -124,21 +124,24 @@ TEAMS = tuple(
 LEVELS = ("none", "low", "some", "moderate", "notable", "high", "very high", "severe", "critical", "extreme")
 
 
-def _question(rng: random.Random, number: int) -> dict[str, Any]:
-    kind = rng.choice(("noul", "choice", "score"))
-    topic = " ".join(rng.sample(WORDS, 2))
-    if kind == "noul":
-        return {"type": "noul", "instructions": f"Q{number}: is this message about {topic}?"}
-    if kind == "choice":
-        options = rng.sample(TEAMS, rng.randint(2, 40))
-        criteria = {name: (f"{name} and {rng.choice(WORDS)}" if rng.random() < 0.5 else None) for name in options}
-        return {
-            "type": "choice",
-            "instructions": f"Q{number}: which queue owns the {topic} part?",
-            "criteria": criteria,
-        }
+def _noul(rng: random.Random, number: int, topic: str) -> dict[str, Any]:
+    return {"type": "noul", "instructions": f"Q{number}: is this message about {topic}?"}
+
+
+def _choice(rng: random.Random, number: int, topic: str) -> dict[str, Any]:
+    options = rng.sample(TEAMS, rng.randint(2, 40))
+    criteria = {name: (f"{name} and {rng.choice(WORDS)}" if rng.random() < 0.5 else None) for name in options}
+    return {"type": "choice", "instructions": f"Q{number}: which queue owns the {topic} part?", "criteria": criteria}
+
+
+def _score(rng: random.Random, number: int, topic: str) -> dict[str, Any]:
     levels = list(LEVELS[: rng.randint(2, 10)])
     return {"type": "score", "instructions": f"Q{number}: how much {topic} is there?", "criteria": levels}
+
+
+def _question(rng: random.Random, number: int) -> dict[str, Any]:
+    make = rng.choice((_noul, _choice, _score))
+    return make(rng, number, " ".join(rng.sample(WORDS, 2)))
 
 
 def question_set(index: int) -> dict[str, Any]:

@@ -26,12 +26,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layout import PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
+# shapes follow its rows. Memory-efficient where the head dim allows it, else the math kernel.
+ATTENTION_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass(frozen=True)
@@ -152,15 +156,16 @@ class LayerStack:
             all_values = torch.cat([stored_values[group.past], values[group.queries]], dim=1).transpose(1, 2)
             # K/V repeated to the query heads: grouped-query SDPA with a mask takes the math kernel at head dim 512.
             repeat = gathered.shape[1] // all_keys.shape[1]
-            attended = F.scaled_dot_product_attention(
-                gathered,
-                all_keys.repeat_interleave(repeat, dim=1),
-                all_values.repeat_interleave(repeat, dim=1),
-                attn_mask=group.masks[kind],
-                scale=1.0,
-            )
-            flat = attended.transpose(1, 2).reshape(rows * new, *attended.shape[1:2], attended.shape[-1])
-            out.index_copy_(0, group.targets, flat[group.valid])
+            with sdpa_kernel(ATTENTION_KERNELS):
+                attended = F.scaled_dot_product_attention(
+                    gathered,
+                    all_keys.repeat_interleave(repeat, dim=1),
+                    all_values.repeat_interleave(repeat, dim=1),
+                    attn_mask=group.masks[kind],
+                    scale=1.0,
+                )
+            flat = attended.transpose(1, 2).reshape(rows * new, attended.shape[1], attended.shape[-1])
+            out.index_copy_(0, group.targets, flat.index_select(0, group.real))
 
     def post(self, index: int, views: Buffers) -> None:
         kind = self.layer_types[index]

@@ -22,6 +22,8 @@ from canvasread.canvas.engine.rows import Row
 
 # Query-key pairs one attention group may hold (times the heads: its score tensor), about 1 GB in fp32 at 16 heads.
 GROUP_PAIRS = 1 << 24
+# Keys per attention row are padded to a multiple of this (the memory-efficient kernel's mask alignment).
+KEY_ALIGN = 16
 # Padding a group may add beyond twice its real query-key pairs (small rows group freely).
 GROUP_SLACK = 1 << 12
 
@@ -32,7 +34,7 @@ class AttentionGroup:
 
     queries: torch.Tensor  # [rows, new] flat token indices (padding points at token 0)
     past: torch.Tensor  # [rows, past] store slots (padding points at slot 0)
-    valid: torch.Tensor  # [rows * new] which gathered queries are real
+    real: torch.Tensor  # indices into the [rows * new] gathered queries of the real ones (no boolean mask: no sync)
     targets: torch.Tensor  # flat indices of the real queries, in gathered order
     masks: dict[str, torch.Tensor]  # per layer kind: [rows, 1, new, past + new]
 
@@ -131,7 +133,9 @@ def _group(
 ) -> AttentionGroup:
     chosen = [rows[b] for b in members]
     max_new = max(len(row.ids) for row in chosen)
-    max_past = max(len(row.past) for row in chosen)
+    # Keys padded to a multiple of KEY_ALIGN (past slots at slot 0, masked): the memory-efficient kernel's mask
+    # rows must be aligned.
+    max_past = -(-(max(len(row.past) for row in chosen) + max_new) // KEY_ALIGN) * KEY_ALIGN - max_new
     queries = torch.zeros(len(chosen), max_new, dtype=torch.long)
     past = torch.zeros(len(chosen), max_past, dtype=torch.long)
     valid = torch.zeros(len(chosen), max_new, dtype=torch.bool)
@@ -156,5 +160,9 @@ def _group(
     }
     flat_valid = valid.reshape(-1)
     return AttentionGroup(
-        queries.to(device), past.to(device), flat_valid.to(device), queries.reshape(-1)[flat_valid].to(device), masks
+        queries.to(device),
+        past.to(device),
+        flat_valid.nonzero().squeeze(1).to(device),
+        queries.reshape(-1)[flat_valid].to(device),
+        masks,
     )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 benchmark, one device call: serve the full-size DiffusionGemma shape with random weights and sweep
 # it over HTTP, one results JSON per (quantization, workload) into OUT. In bf16 the workloads of
-# BF16_WORKLOADS run in order on one server (default: mixed standard cold span steps4 think; mixed first, on
+# BF16_WORKLOADS run in order on one server (default: mixed mixed-samples1 standard cold span steps4 think; mixed first, on
 # the fresh server, with no warm-up level; NAIVE=1 also serves the naive baseline and sweeps it on standard);
 # with FP8 experts, standard and cold. QUANTIZATIONS="fp8-experts" runs only the FP8 half. The workloads are
 # described in src/canvasread/tools/bench.py and mixed.py.
@@ -42,7 +42,7 @@ if [[ " ${QUANTIZATIONS:-bf16 fp8-experts} " == *" bf16 "* ]]; then
     # mixed first, on the fresh server: what its first users see, first minute included (no warm-up level).
     # think last: a thought is a whole diffusion generation per request (seconds), so a call that runs out of
     # time still has every other row.
-    for workload in ${BF16_WORKLOADS:-mixed standard cold span steps4 think}; do
+    for workload in ${BF16_WORKLOADS:-mixed mixed-samples1 standard cold span steps4 think}; do
         case $workload in
             mixed) sweep bf16 mixed --fresh --levels "${MIXED_LEVELS:-1,2,4,8,16,32,64,128}" ;;
             standard) sweep bf16 standard ${NAIVE:+--baseline "$name-naive" --baseline-levels 1,4} ;;

@@ -29,7 +29,7 @@ from canvasread.canvas.plan import Planner, noisy_canvas
 from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.eval.metrics import quantile
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive
-from canvasread.tools.mixed import mixed_body
+from canvasread.tools.mixed import mixed_body, mixed_once_body
 from canvasread.wire import parse_request
 
 QUESTIONS: dict[str, Any] = {
@@ -121,6 +121,7 @@ WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
     "span": span_body,
     f"steps{STEPS}": steps_body,
     "mixed": mixed_body,
+    "mixed-samples1": mixed_once_body,
 }
 
 

@@ -6,7 +6,7 @@ never repeats a request) a state of log-uniform length between about 20 and
 shared the server. A set holds 1–12 questions of every type, choices of 2–40
 options and scores of 2–10 levels, each set worded its own way. Requests use
 the default options: no `samples`, so uncertain answers are re-read as a
-default caller's are.
+default caller's are (`mixed-samples1`: the same requests read once).
 """
 
 from __future__ import annotations
@@ -148,6 +148,11 @@ def question_set(index: int) -> dict[str, Any]:
     """Question set `index` (of `QUESTION_SETS`): 1–12 questions, the same for every request that uses it."""
     rng = random.Random(1_000 + index)
     return {f"s{index}q{n}": _question(rng, n) for n in range(rng.randint(1, 12))}
+
+
+def mixed_once_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
+    """The mixed workload read once per question (`samples: 1`): its cost without the automatic re-reads."""
+    return {**mixed_body(sequence, model), "samples": 1}
 
 
 def mixed_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:

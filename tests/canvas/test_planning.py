@@ -1,5 +1,5 @@
 """`JobPlanner`: a request becomes a job, or is refused, on its own thread; the step-limit and `think` refusals name
-their field; a job's cost is its prompts and first reads."""
+their field; prompts past the reader's store are a 413 naming its limit; a job's cost is its prompts and first reads."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from canvasread.canvas.plan import Planner
-from canvasread.canvas.planning import JobPlanner
+from canvasread.canvas.planning import JobPlanner, StoreCapacity, Unreadable
 from canvasread.canvas.thinking import Thinking
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.errors import InvalidRequest
+from canvasread.errors import InvalidRequest, PayloadTooLarge
 from canvasread.types import DecisionRequest, JobCost
 from canvasread.wire import parse_request
 
@@ -24,9 +24,11 @@ def request(questions: dict[str, Any], **extra: Any) -> DecisionRequest:
     return parse_request({"model": "m", "state": "charged twice for order 1182", "questions": questions, **extra})[1]
 
 
-def job_planner(tokenizer: HFTokenizer, step_label_ids: int | None = None) -> JobPlanner:
+def job_planner(
+    tokenizer: HFTokenizer, step_label_ids: int | None = None, capacity: StoreCapacity | None = None
+) -> JobPlanner:
     planner = Planner(tokenizer, canvas_length=64, max_positions=None)
-    return JobPlanner(planner, Thinking(None, tokenizer), step_label_ids)
+    return JobPlanner(planner, Thinking(None, tokenizer), step_label_ids, Unreadable("m"), capacity)
 
 
 def test_a_job_carries_its_plan_its_seed_and_the_state_tokens_only_for_span_questions(tokenizer: HFTokenizer) -> None:
@@ -66,3 +68,18 @@ def test_the_cost_is_the_prompts_and_every_canvas_of_the_first_reads(tokenizer: 
     assert job.first_reads == 3 and planning.cost(job) == JobCost(job.plan.prompt_tokens + 3 * canvases, 0)
     auto = planning.prepare(request({"money": NOUL}))
     assert auto.first_reads == 1, "samples auto reads once at first"
+
+
+def test_prompts_past_the_readers_store_are_a_413_naming_its_limit(tokenizer: HFTokenizer) -> None:
+    """Each prompt counts its pages rounded up, plus one where a cached prefix may end mid-page."""
+    job = job_planner(tokenizer).prepare(request({"money": NOUL}))
+    [prompt] = job.plan.prompts
+    needed = -(-len(prompt.ids) // 16) + 1
+    job_planner(tokenizer, capacity=StoreCapacity(needed, 16, "the store flag")).prepare(request({"money": NOUL}))
+    with pytest.raises(PayloadTooLarge) as refused:
+        job_planner(tokenizer, capacity=StoreCapacity(needed - 1, 16, "the store flag")).prepare(
+            request({"money": NOUL})
+        )
+    message = refused.value.message
+    assert f"need {needed} pages of 16 tokens" in message and f"holds {needed - 1}" in message
+    assert "the store flag" in message

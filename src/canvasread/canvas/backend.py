@@ -25,7 +25,7 @@ from canvasread.canvas.diagnostics import Diagnostics
 from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, Planner
-from canvasread.canvas.planning import JobPlanner, Unreadable
+from canvasread.canvas.planning import JobPlanner, StoreCapacity, Unreadable
 from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader, ReaderWithCounters, step_label_limit
 from canvasread.canvas.readings import Readings, SlotReads
@@ -64,6 +64,8 @@ class CanvasRuntime:
 
     `health` says why the runtime cannot answer now (None: it can), for a runtime that can lose what it reads
     through (the vLLM wing's upstreams); it is called on the event loop, so it returns a flag, never blocks.
+    `capacity` is the reader's prompt store, for a reader that holds a call's prompts in a bounded one (the
+    in-process engine's KV store): requests that cannot fit are refused before they queue (None: no bound).
     `close` stops what the runtime started (threads, connections), for tests and embedders.
     """
 
@@ -76,6 +78,7 @@ class CanvasRuntime:
     thinker: Thinker | None = None
     health: Callable[[], str | None] | None = None
     close: Callable[[], None] | None = None
+    capacity: StoreCapacity | None = None
 
 
 class CanvasBackend:

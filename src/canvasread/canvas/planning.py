@@ -2,13 +2,14 @@
 
 Every check that can fail a request runs in `prepare` (issue 27): a kind this
 tokenizer cannot read, a question that cannot be labelled, a state too long
-for the model, a `think` the model or the layout cannot honour, and a
-multi-step canvas past a reader's label-id limit. A batch then only reads.
+for the model, a `think` the model or the layout cannot honour, a
+multi-step canvas past a reader's label-id limit, and prompts the reader's
+KV store cannot hold (413). A batch then only reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from canvasread.canvas.job import CanvasJob
@@ -16,7 +17,7 @@ from canvasread.canvas.plan import Planner
 from canvasread.canvas.seeds import request_seed
 from canvasread.canvas.spans import StateTokens
 from canvasread.canvas.thinking import Thinking
-from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.errors import FieldProblem, InvalidRequest, PayloadTooLarge
 from canvasread.kinds import kind_of
 from canvasread.kinds.base import as_text
 from canvasread.types import DecisionRequest, JobCost
@@ -40,11 +41,42 @@ class Unreadable:
             raise InvalidRequest(problems)
 
 
+@dataclass(frozen=True)
+class StoreCapacity:
+    """A reader's prompt store: `pages` pages of `page` tokens each, sized by the setting `limit` names.
+
+    The in-process engine holds every prompt of one read call in its paged KV
+    store at once (`canvas/engine/kvstore.py`), so a request whose prompts
+    cannot fit even with nothing else cached can never be read: it is refused
+    with a 413 before it queues instead of failing its batch.
+    """
+
+    pages: int
+    page: int
+    limit: str
+
+    def pages_for(self, prompt_tokens: Sequence[int]) -> int:
+        """Pages the prompts take at most: each rounded up to pages, plus one where a cached prefix ends mid-page."""
+        return sum(-(-tokens // self.page) + 1 for tokens in prompt_tokens)
+
+    def check(self, job: CanvasJob) -> None:
+        """A 413 naming the limit when the job's prompts (each with room for its thought) cannot fit."""
+        think = job.request.options.think or 0
+        lengths = [len(prompt.ids) + think for prompt in job.plan.prompts]
+        needed = self.pages_for(lengths)
+        if needed > self.pages:
+            raise PayloadTooLarge(
+                f"this request's prompts need {needed} pages of {self.page} tokens ({sum(lengths)} tokens) in the "
+                f"model's KV store, which holds {self.pages} ({self.pages * self.page} tokens; {self.limit}): "
+                "send a shorter state or fewer questions"
+            )
+
+
 class JobPlanner:
     """Turns requests into `CanvasJob`s for one loaded runtime, and prices them for the batch budget.
 
     `step_label_ids` is the reader's limit on the label ids of one multi-step read (None: no limit; see
-    `canvasread.canvas.reader.StepLimitedReader`).
+    `canvasread.canvas.reader.StepLimitedReader`); `capacity` is its prompt store's (None: unbounded).
     """
 
     def __init__(
@@ -53,11 +85,13 @@ class JobPlanner:
         thinking: Thinking,
         step_label_ids: int | None = None,
         unreadable: Unreadable = Unreadable("this model"),
+        capacity: StoreCapacity | None = None,
     ) -> None:
         self._planner = planner
         self._thinking = thinking
         self._step_label_ids = step_label_ids
         self._unreadable = unreadable
+        self._capacity = capacity
 
     def prepare(self, request: DecisionRequest) -> CanvasJob:
         self._unreadable.check(request)
@@ -70,6 +104,8 @@ class JobPlanner:
         if refusal is not None:
             raise InvalidRequest.at(("think",), refusal)
         self._check_step_limit(job)
+        if self._capacity is not None:
+            self._capacity.check(job)
         return job
 
     def _check_step_limit(self, job: CanvasJob) -> None:

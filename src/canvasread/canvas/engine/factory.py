@@ -11,9 +11,13 @@ from canvasread.backends.base import AnyBackend
 from canvasread.backends.replicas import ReplicaSet
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.planning import StoreCapacity
 from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader
 from canvasread.types import MAX_STEPS, Capabilities, ModelCard
+
+# What sizes the engine's KV store, named in the 413 of a request whose prompts it cannot hold.
+CAPACITY_LIMIT = "EngineSettings(cache_bytes=…): 40% of the GPU memory free after start-up, 2 GiB on a CPU"
 
 
 def canvas_backend_for_checkpoint(
@@ -67,6 +71,7 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
     config = loaded.model.config
     reader: Reader
     images = None
+    capacity = None
     if naive:
         reader = NaiveReader(loaded.model)
     else:
@@ -81,6 +86,7 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
         )
         runner.warm_up()  # every bucket compiled and captured before /ready; the store sized after it
         reader = InProcessReader(runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows)
+        capacity = StoreCapacity(reader.store.pages, reader.store.page, CAPACITY_LIMIT)
         if loaded.image_processor is not None:
             ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
             images = ImageTokens(*ids, runner.image_token_count)
@@ -94,6 +100,7 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
         fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
         images=images,
         thinker=GenerateThinker(loaded.model, pad_id=tokenizer.pad_id, image_processor=loaded.image_processor),
+        capacity=capacity,
     )
 
 

@@ -1,0 +1,112 @@
+"""Bounded work per request (issue 28) on the tiny checkpoint, whose tokenizer has the real 262k vocabulary:
+peak memory of the requests that used to cost gigabytes, and prompts past the KV store refused with a 413."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+from helpers import loaded_runtime, serve_app
+
+from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
+from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.decide import Decider
+from canvasread.server.app import create_app
+
+STATE = "I was charged twice for order 1182 by Zoë Brontë; please refund me."
+GIB = 1 << 30
+
+# Run in a fresh interpreter: load, answer a one-question warm-up, reset the peak (clear_refs 5 resets VmHWM),
+# answer the request of argv[2] and print how far above the resident set before it the peak went.
+PEAK_CHILD = """
+import json, sys
+from pathlib import Path
+from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
+
+def status(key):
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(key + ":"))
+    return int(line.split()[1]) * 1024
+
+def answer(body):
+    [result] = backend.decide([backend.prepare(parse_request(body)[1])])
+    assert result is not None
+
+backend = canvas_backend_for_checkpoint(sys.argv[1])
+backend.load()
+body = json.loads(sys.argv[2])
+answer({**body, "samples": 1, "questions": {"warm": {"type": "noul", "instructions": "Warm?"}}})
+Path("/proc/self/clear_refs").write_text("5")
+before = status("VmRSS")
+answer(body)
+print(status("VmHWM") - before)
+"""
+
+
+def body(questions: dict[str, Any], **options: Any) -> dict[str, Any]:
+    return {"model": "default", "state": STATE, "questions": questions, "seed": 3, **options}
+
+
+def peak_growth(checkpoint: Path, request: dict[str, Any]) -> int:
+    """Bytes the request's peak resident set rose above the resident set before it, in a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_CHILD, str(checkpoint), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return int(done.stdout.splitlines()[-1])
+
+
+def test_120_nouls_of_16_samples_add_under_1_5_gib(tiny_checkpoint: Path) -> None:
+    """1,920 slots of the 262k vocabulary in one request: 5.9 GB with a [slots, vocab] fp32 head (issue 28).
+
+    Measured on a 2-core CPU: about 0.84 GB. The head scores slots in chunks of `CHUNK_ELEMENTS` logits
+    (64 MB, with their soft-cap and log-sum-exp temporaries and the allocator's per-thread arenas), so what
+    is left does not grow with slots or samples; 1.5 GiB leaves nearly half again for another machine's
+    allocator and thread count, and is four times below the old cost.
+    """
+    nouls = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(120)}
+    growth = peak_growth(tiny_checkpoint, body(nouls, samples=16))
+    assert growth < 1.5 * GIB, f"120 nouls x 16 samples added {growth / GIB:.2f} GiB"
+
+
+def test_a_spans_question_of_16_samples_adds_under_1_gib(tiny_thinking_checkpoint: Path) -> None:
+    """One `spans` question with `samples: 16`: 6 GB before the chunked head (issue 28).
+
+    On the tiny checkpoint with a 32-token canvas: a blank's denoising steps take full-vocabulary logits
+    over the whole canvas (0.5 s a step on 2 shared cores), so the 256-token canvas would take a minute
+    for the 32 steps of this request. Measured: about 0.28 GB, one canvas's logits and the head's chunks at a
+    time, not a tensor per sample; 1 GiB leaves over three times that.
+    """
+    spans = {"names": {"type": "spans", "instructions": "Every person named"}}
+    growth = peak_growth(tiny_thinking_checkpoint, body(spans, samples=16))
+    assert growth < GIB, f"a spans question x 16 samples added {growth / GIB:.2f} GiB"
+
+
+def test_a_prompt_past_the_kv_store_is_a_413_naming_its_limit(tiny_checkpoint: Path) -> None:
+    """A store of 1 MiB holds 85 pages of 16 tokens on the tiny model: a state of a few thousand tokens cannot
+    fit even with nothing cached (the reader would raise `StoreFull`), so the server refuses it before it
+    queues, in the API's error shape; a request that fits is still answered by the same server."""
+    backend = canvas_backend_for_checkpoint(str(tiny_checkpoint), EngineSettings(cache_bytes=1 << 20))
+    question = {"paid": {"type": "noul", "instructions": "Was the customer charged twice?"}}
+    with serve_app(create_app(Decider([backend]))) as base:
+        capacity = loaded_runtime(backend).capacity
+        reader = loaded_runtime(backend).reader
+        assert isinstance(reader, InProcessReader) and capacity is not None
+        assert (capacity.pages, capacity.page) == (reader.store.pages, reader.store.page)
+        long = {**body(question), "state": "refund please " * 800}
+        refused = httpx.post(base + "/v1/systemone", json=long, timeout=60)
+        assert refused.status_code == 413, refused.text
+        detail = refused.json()["detail"]
+        assert detail["error_type"] == "payload_too_large"
+        assert f"holds {capacity.pages} ({capacity.pages * capacity.page} tokens" in detail["message"]
+        assert "EngineSettings(cache_bytes=" in detail["message"]
+        answered = httpx.post(base + "/v1/systemone", json=body(question), timeout=60)
+        assert answered.status_code == 200, answered.text

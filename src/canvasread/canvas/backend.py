@@ -143,17 +143,17 @@ class CanvasBackend:
 
     def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
         """Think, first reads of every job at once, re-read rounds, span searches, results; a job whose caller has
-        left gets no more rounds and no result."""
+        left gets no more rounds and no result, and its reads stop between the reader's passes where it can."""
         started = time.monotonic()
         pieces = self._loaded()
         jobs = pieces.thinking.think(jobs, gone)
         readings = Readings(jobs)
-        pieces.slots.read(jobs, self._rereads.first(jobs), readings)
+        pieces.slots.read(jobs, self._rereads.first(jobs), readings, gone=gone)
         for read in self._rereads.rounds():
             uncertain = self._rereads.uncertain(jobs, readings, gone)
             if not uncertain:
                 break
-            pieces.slots.read(jobs, self._rereads.again(jobs, uncertain, read), readings, only=uncertain)
+            pieces.slots.read(jobs, self._rereads.again(jobs, uncertain, read), readings, only=uncertain, gone=gone)
             self._reread_count += len(uncertain)
         searches = pieces.spans.search(jobs, gone)
         elapsed_ms = (time.monotonic() - started) * 1000.0
@@ -193,7 +193,7 @@ class _Pieces:
         limit = step_label_limit(reader)
         thinking = Thinking(runtime.thinker, tokenizer)
         return cls(
-            JobPlanner(planner, thinking, limit, Unreadable(card.name, unreadable)),
+            JobPlanner(planner, thinking, limit, Unreadable(card.name, unreadable), runtime.capacity),
             thinking,
             SlotReads(reader, tokenizer.vocab_size),
             SpanSearcher(reader, tokenizer.vocab_size, markers, card.capabilities.max_steps, limit),

@@ -29,7 +29,12 @@ Contract for `read(reads)`:
 - `images` place each image's soft tokens in the prompt (a reader that cannot
   see images must refuse such reads, never drop the images).
 - all reads given in one call belong together (one request's canvases, or one
-  batch of requests) and should be executed as one batch where possible.
+  batch of requests) and should be executed as one batch where possible;
+- a reader that can stop work for a caller who has left (`StoppingReader`)
+  takes `gone(i)`, true once the caller of read `i` has left (it stays true):
+  it checks it between its passes and denoising steps and drops read `i`'s
+  remaining work, and read `i`'s result is then an empty list, which the
+  caller ignores. `read_for` calls any reader that way, or plainly.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from canvasread.backends.base import Gone, never_gone
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,24 @@ class StepLimitedReader(Protocol):
     max_step_label_ids: int
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]: ...
+
+
+@runtime_checkable
+class StoppingReader(Protocol):
+    """A reader that stops the reads of a caller who has left between its passes (the module docstring's last
+    point); `stops_departed_reads` marks it, since a protocol cannot tell a `read` that takes `gone`."""
+
+    stops_departed_reads: bool
+
+    def read(self, reads: Sequence[CanvasRead], gone: Gone = never_gone) -> list[list[SlotLogProbs]]: ...
+
+
+def read_for(reader: Reader, reads: Sequence[CanvasRead], gone: Gone) -> list[list[SlotLogProbs]]:
+    """`reader.read(reads)`, stopping the reads whose caller is `gone` where the reader can (`StoppingReader`;
+    a stopped read's result is an empty list); any other reader reads everything."""
+    if isinstance(reader, StoppingReader) and reader.stops_departed_reads:
+        return reader.read(reads, gone)
+    return reader.read(reads)
 
 
 def step_label_limit(reader: Reader) -> int | None:

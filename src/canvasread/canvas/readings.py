@@ -3,7 +3,8 @@
 A read's canvas is the planned canvas with seeded noise at its slots
 (`plan.noisy_canvas`); a multi-step read's own draws are seeded by the noisy
 canvas (`canvasread.canvas.seeds`). Span questions' blanks are read by the
-span search, never here.
+span search, never here. The reads of a job whose caller has left are stopped
+where the reader can (`canvasread.canvas.reader.read_for`) and never filed.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas import seeds
 from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.plan import noisy_canvas
-from canvasread.canvas.reader import CanvasRead, Reader, Slot
+from canvasread.canvas.reader import CanvasRead, Reader, Slot, read_for
 from canvasread.canvas.readout import SlotReading, slot_reading
 
 
@@ -62,10 +64,14 @@ class SlotReads:
         wanted: Sequence[WantedRead],
         readings: Readings,
         only: Collection[tuple[int, int]] | None = None,
+        gone: Gone = never_gone,
     ) -> None:
-        """Read `wanted` in one reader call and file the slots' readings (with `only`, just those (job, question)s)."""
+        """Read `wanted` in one reader call and file the slots' readings (with `only`, just those (job, question)s);
+        a job whose caller is `gone` has its reads stopped where the reader can, and none filed."""
         reads = [self.canvas_read(jobs[w.job], w.canvas, w.read) for w in wanted]
-        for w, slots in zip(wanted, self._reader.read(reads), strict=True):
+        for w, slots in zip(wanted, read_for(self._reader, reads, lambda i: gone(wanted[i].job)), strict=True):
+            if gone(w.job):
+                continue
             results = iter(slots)
             plan = jobs[w.job].plan
             for q in plan.canvases[w.canvas].questions:

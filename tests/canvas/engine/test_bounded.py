@@ -1,8 +1,10 @@
 """Bounded work per request (issue 28) on the tiny checkpoint, whose tokenizer has the real 262k vocabulary:
-peak memory of the requests that used to cost gigabytes, and prompts past the KV store refused with a 413."""
+peak memory of the requests that used to cost gigabytes, prompts past the KV store refused with a 413, and the
+reads of a caller who has left stopped between passes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,13 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from helpers import loaded_runtime, serve_app
+import pytest
+from helpers import canvas_backend, loaded_runtime, serve_app
 
+from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
 from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.decide import Decider
 from canvasread.server.app import create_app
+from canvasread.wire import parse_request
 
 STATE = "I was charged twice for order 1182 by Zoë Brontë; please refund me."
 GIB = 1 << 30
@@ -27,6 +34,7 @@ PEAK_CHILD = """
 import json, sys
 from pathlib import Path
 from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
+from canvasread.wire import parse_request
 
 def status(key):
     line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(key + ":"))
@@ -110,3 +118,46 @@ def test_a_prompt_past_the_kv_store_is_a_413_naming_its_limit(tiny_checkpoint: P
         assert "EngineSettings(cache_bytes=" in detail["message"]
         answered = httpx.post(base + "/v1/systemone", json=body(question), timeout=60)
         assert answered.status_code == 200, answered.text
+
+
+def four_step_reads(count: int) -> list[CanvasRead]:
+    """`count` reads of four steps of one prompt: one pass encodes it and runs every first step, then one a step."""
+    prompt = tuple(range(3, 60))
+    canvas = tuple(range(100, 132))
+    return [CanvasRead(prompt, 0, canvas, (Slot(4, (5, 6)),), steps=4, seed=r) for r in range(count)]
+
+
+def test_the_reads_of_a_caller_who_left_stop_between_passes(tiny_decider: Decider) -> None:
+    """Two reads of four steps take four passes and six denoising steps. The gate is the reader's own pass
+    count (no clock): read 0's caller leaving after pass 2 stops its steps there while read 1 goes on, and
+    a read whose every caller has left after one pass runs no second one."""
+    model = loaded_runtime(canvas_backend(tiny_decider)).reader.runner.model  # type: ignore[attr-defined]
+    reads = four_step_reads(2)
+    whole = InProcessReader(FusedRunner(model))
+    expected = whole.read(reads)
+    assert (whole.counters()["passes"], whole.counters()["denoising_steps"]) == (4, 6)
+    reader = InProcessReader(FusedRunner(model))
+
+    def gone(index: int) -> bool:
+        return index == 0 and reader.counters()["passes"] >= 2
+
+    stopped, stayed = reader.read(reads, gone)
+    assert stopped == [], "a stopped read's result is empty"
+    assert (reader.counters()["passes"], reader.counters()["denoising_steps"]) == (4, 5)
+    [slot], [want] = stayed, expected[1]  # fp32 sums follow the pass's rows, and steps amplify that
+    assert slot.label_logprobs == pytest.approx(want.label_logprobs, rel=1e-3)
+    assert reader.read(reads, lambda index: reader.counters()["passes"] >= 5) == [[], []]
+    assert reader.counters()["passes"] == 5, "everyone gone after one pass: no second"
+
+
+def test_a_request_whose_caller_left_stops_reading_early(tiny_decider: Decider) -> None:
+    """Through the backend: 20 questions x `steps: 8` x `samples: 4` (eight passes in all) whose caller leaves
+    after the first pass get no result, and the reader runs no second pass."""
+    runtime = loaded_runtime(canvas_backend(tiny_decider))
+    reader = InProcessReader(FusedRunner(runtime.reader.runner.model))  # type: ignore[attr-defined]
+    backend = CanvasBackend(tiny_decider.served[0].card, lambda: dataclasses.replace(runtime, reader=reader))
+    backend.load()
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(20)}
+    _, request = parse_request(body(questions, steps=8, samples=4))
+    assert backend.decide([backend.prepare(request)], lambda job: reader.counters()["passes"] >= 1) == [None]
+    assert reader.counters()["passes"] == 1

@@ -53,7 +53,7 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
     sent: list[CanvasRead] = []
     read = runtime.reader.read
-    monkeypatch.setattr(runtime.reader, "read", lambda reads: (sent.extend(reads), read(reads))[1])
+    monkeypatch.setattr(runtime.reader, "read", lambda reads, *gone: (sent.extend(reads), read(reads, *gone))[1])
     _, request = parse_request({"model": "default", "state": STATE, "questions": QUESTIONS, "seed": 5, "samples": 1})
     job = backend.prepare(request)
     [result] = backend.decide([job])

@@ -56,9 +56,9 @@ def planned_reads(decider: Decider, monkeypatch: pytest.MonkeyPatch, **extension
     seen: list[CanvasRead] = []
     original = reader.read
 
-    def recording(reads: Any) -> Any:
+    def recording(reads: Any, *gone: Any) -> Any:
         seen.extend(reads)
-        return original(reads)
+        return original(reads, *gone)
 
     monkeypatch.setattr(reader, "read", recording)
     request = parse_request({"model": "default", "state": STATE, "questions": QUESTIONS, **extensions})[1]

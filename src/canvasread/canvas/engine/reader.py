@@ -12,17 +12,20 @@ Passes are packed in order up to the bucket policy's `max_tokens` and
 encoding is done or in the same pass (the store is written before any
 attention reads it). A multi-step read comes back for its next step in a
 later pass. Encoded prompts stay in the store (LRU by pages) for re-reads
-and later requests.
+and later requests. Before each pass the reads whose caller has left
+(`gone`) are dropped with their prompts' encoding rows not yet run, and get
+an empty result (`canvasread.canvas.reader.StoppingReader`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.engine.kvstore import KVStore, PromptCache, StoredKV
 from canvasread.canvas.engine.rows import Row, RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
@@ -76,6 +79,8 @@ class _Task:
 class InProcessReader:
     """Executes `CanvasRead`s on a `FusedRunner`; one instance per model replica, used from one thread."""
 
+    stops_departed_reads = True
+
     def __init__(
         self, runner: FusedRunner, *, cache_bytes: int | None = None, max_rows: int = DEFAULT_MAX_ROWS
     ) -> None:
@@ -99,7 +104,7 @@ class InProcessReader:
         return counted
 
     @torch.inference_mode()
-    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+    def read(self, reads: Sequence[CanvasRead], gone: Gone = never_gone) -> list[list[SlotLogProbs]]:
         prompts: dict[tuple[object, ...], _Prompt] = {}
         for index, read in enumerate(reads):
             item = _Prompt(read.prompt_ids, read.prefix_length, read.images)
@@ -115,7 +120,7 @@ class InProcessReader:
         try:
             for item in prompts.values():
                 held.append(self._place(item))
-            while tasks:
+            while _drop_gone(tasks, prompts.values(), gone, results):
                 self._pass(list(prompts.values()), tasks, results)
         finally:
             for entry in held:
@@ -223,6 +228,26 @@ class InProcessReader:
         if 0 < item.prefix_length < len(item.ids):
             prefix = self.store.prefix(item.entry, item.prefix_length)
             self.cache.put(("prefix", item.ids[: item.prefix_length]), prefix)
+
+
+def _drop_gone(
+    tasks: deque[_Task], prompts: Iterable[_Prompt], gone: Gone, results: list[list[SlotLogProbs] | None]
+) -> bool:
+    """Drop the tasks whose caller has left (an empty result each) and the encoding rows no task waits for; true
+    while any task is left. A prompt left half encoded is never cached: only a pass that runs its last row does."""
+    kept: list[_Task] = []
+    for task in tasks:
+        if gone(task.index):
+            results[task.index] = []
+        else:
+            kept.append(task)
+    tasks.clear()
+    tasks.extend(kept)
+    waited = {id(task.prompt) for task in kept}
+    for item in prompts:
+        if id(item) not in waited:
+            item.chunks.clear()
+    return bool(tasks)
 
 
 def _read_row(task: _Task) -> Row:

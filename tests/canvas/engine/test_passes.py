@@ -99,3 +99,25 @@ def test_a_store_too_small_evicts_the_cache_and_still_reads(tiny_decider: Decide
     [result] = reader.read(reads[:1])
     [fresh] = InProcessReader(FusedRunner(model)).read(reads[:1])
     assert_same_read(reads[0], result, fresh)
+
+
+def test_one_prompt_with_many_reads_does_not_fill_a_pass_while_another_waits(tiny_decider: Decider) -> None:
+    """A request's 24 reads (samples times canvases) and another's one: the second is read in the first pass."""
+    model = tiny_model(tiny_decider)
+    reads = mixed_reads(int(model.config.text_config.vocab_size))
+    busy, lone = reads[0], reads[2]  # two prompts of the same question set, of different lengths
+    many = [CanvasRead(busy.prompt_ids, busy.prefix_length, busy.canvas_ids, busy.slots, seed=n) for n in range(24)]
+    reader = InProcessReader(FusedRunner(model, buckets=Buckets((64, 128))))
+    passes: list[list[int]] = []  # per pass: the prompt length each canvas row reads
+    run = reader.runner.run
+
+    def recording(rows: Any, store: Any) -> Any:
+        passes.append([len(row.past) for row in rows if row.canvas])
+        return run(rows, store)
+
+    reader.runner.run = recording  # type: ignore[method-assign]
+    results = reader.read([*many, lone])
+    assert len(passes) >= 3, "24 reads of 16 tokens need several 128-token passes"
+    assert len(lone.prompt_ids) in passes[0]  # not behind the 24 reads of the other prompt
+    [alone] = InProcessReader(FusedRunner(model)).read([lone])
+    assert_same_read(lone, results[-1], alone)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -179,24 +180,29 @@ class InProcessReader:
         return past
 
     def _pass(self, prompts: Sequence[_Prompt], tasks: deque[_Task], results: list[list[SlotLogProbs] | None]) -> None:
-        """Pack and run one pass: encoding rows first, then the reads whose prompts are encoded by then."""
+        """Pack and run one pass: encoding rows first, then the reads whose prompts are encoded by then.
+
+        Both are taken a row per prompt in turn, so no one prompt (one request, or one of its samples' many
+        canvases) fills a pass while the others of the call wait.
+        """
         budget, rows = self.runner.buckets.max_tokens, 0
         encoding: list[tuple[Row, _Prompt]] = []
-        for item in prompts:
-            while item.chunks and len(item.chunks[0].ids) <= budget and rows < self.max_rows:
-                chunk = item.chunks.popleft()
-                encoding.append((chunk, item))
-                budget, rows = budget - len(chunk.ids), rows + 1
+        for item in _interleaved([(prompt, prompt) for prompt in prompts for _ in prompt.chunks]):
+            chunk = item.chunks[0]
+            if len(chunk.ids) > budget or rows >= self.max_rows:
+                continue
+            encoding.append((item.chunks.popleft(), item))
+            budget, rows = budget - len(chunk.ids), rows + 1
         reading: list[tuple[Row, _Task]] = []
         waiting: deque[_Task] = deque()
-        while tasks:
-            task = tasks.popleft()
+        for task in _interleaved([(task.prompt, task) for task in tasks]):
             row = _read_row(task)
             if task.prompt.chunks or len(row.ids) > budget or rows >= self.max_rows:
                 waiting.append(task)
                 continue
             reading.append((row, task))
             budget, rows = budget - len(row.ids), rows + 1
+        tasks.clear()
         tasks.extend(waiting)
         if not encoding and not reading:
             raise ValueError(f"a read is over the largest bucket of {self.runner.buckets.max_tokens} tokens")
@@ -248,6 +254,23 @@ def _drop_gone(
         if id(item) not in waited:
             item.chunks.clear()
     return bool(tasks)
+
+
+T = TypeVar("T")
+
+
+def _interleaved(owned: Sequence[tuple[_Prompt, T]]) -> list[T]:
+    """The items in turns, one per prompt a turn, each prompt's own in their order."""
+    queues: dict[int, deque[T]] = {}
+    for prompt, item in owned:
+        queues.setdefault(id(prompt), deque()).append(item)
+    turns: list[T] = []
+    while queues:
+        for key in list(queues):
+            turns.append(queues[key].popleft())
+            if not queues[key]:
+                del queues[key]
+    return turns
 
 
 def _read_row(task: _Task) -> Row:

@@ -85,6 +85,14 @@ Compile = Annotated[
 Fp8Experts = Annotated[
     bool, typer.Option(rich_help_panel=MODELS, help="Routed experts in FP8 with rowwise scales (faster, not exact).")
 ]
+KvCacheGib = Annotated[
+    float | None,
+    typer.Option(
+        metavar="GIB",
+        rich_help_panel=MODELS,
+        help="In-process engine: GiB of its KV store (default: 40% of the GPU memory free after start-up; 2 on a CPU).",
+    ),
+]
 Calibrations = Annotated[
     list[Path] | None,
     typer.Option(
@@ -249,6 +257,7 @@ class ModelFlags:
     gpus: Gpus = EngineSettings.gpus
     compile: Compile = EngineSettings.compile
     fp8_experts: Fp8Experts = EngineSettings.fp8_experts
+    kv_cache_gib: KvCacheGib = None
     layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
 
@@ -276,6 +285,7 @@ class ModelFlags:
             gpus=self.gpus,
             compile=self.compile,
             fp8_experts=self.fp8_experts,
+            cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * (1 << 30)),
         )
 
     def reading(self) -> ReadSettings:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, loaded_runtime, serve_app
+from helpers import canvas_backend, loaded_runtime, serve_app, serve_cli
 
 from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint
@@ -115,9 +115,20 @@ def test_a_prompt_past_the_kv_store_is_a_413_naming_its_limit(tiny_checkpoint: P
         detail = refused.json()["detail"]
         assert detail["error_type"] == "payload_too_large"
         assert f"holds {capacity.pages} ({capacity.pages * capacity.page} tokens" in detail["message"]
-        assert "EngineSettings(cache_bytes=" in detail["message"]
+        assert "--kv-cache-gib" in detail["message"]
         answered = httpx.post(base + "/v1/systemone", json=body(question), timeout=60)
         assert answered.status_code == 200, answered.text
+
+
+def test_serve_sizes_the_kv_store_with_its_flag(tiny_checkpoint: Path) -> None:
+    """`--kv-cache-gib` is the limit the 413 names: 0.001 GiB holds about 1,300 tokens of the tiny model."""
+    question = {"paid": {"type": "noul", "instructions": "Was the customer charged twice?"}}
+    with serve_cli("--model", str(tiny_checkpoint), "--kv-cache-gib", "0.001") as base:
+        refused = httpx.post(
+            base + "/v1/systemone", json={**body(question), "state": "refund please " * 800}, timeout=60
+        )
+        assert refused.status_code == 413 and "--kv-cache-gib" in refused.json()["detail"]["message"]
+        assert httpx.post(base + "/v1/systemone", json=body(question), timeout=60).status_code == 200
 
 
 def four_step_reads(count: int) -> list[CanvasRead]:

@@ -17,7 +17,9 @@ from canvasread.canvas.reader import Reader
 from canvasread.types import MAX_STEPS, Capabilities, ModelCard
 
 # What sizes the engine's KV store, named in the 413 of a request whose prompts it cannot hold.
-CAPACITY_LIMIT = "EngineSettings(cache_bytes=…): 40% of the GPU memory free after start-up, 2 GiB on a CPU"
+CAPACITY_LIMIT = (
+    "--kv-cache-gib (EngineSettings.cache_bytes): 40% of the GPU memory free after start-up, 2 GiB on a CPU"
+)
 
 
 def canvas_backend_for_checkpoint(

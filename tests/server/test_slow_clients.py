@@ -108,16 +108,20 @@ def test_answers_nobody_reads_are_dropped_after_the_send_timeout(wide: tuple[str
     try:
         for sock in sockets:
             sock.sendall(request_bytes(WIDE, accept=accept))
-        unsent: list[int] = []
+        # The most output each connection was seen holding unsent. Not all at once: on a loaded machine the first
+        # answer may pass its send timeout before the last one is written, and that must not fail the test.
+        unsent: dict[int, int] = {}
 
         def stuck() -> bool:
-            nonlocal unsent
-            unsent = held(server)
-            return len(unsent) == CLIENTS and min(unsent) > 0
+            for connection in connections(server):
+                size = connection.transport.get_write_buffer_size()
+                if size > 0:
+                    unsent[id(connection)] = max(unsent.get(id(connection), 0), size)
+            return len(unsent) == CLIENTS
 
         eventually(stuck, timeout=60, what="every client's answer waiting to be read")
         if accept == "application/json":  # the whole answer waits in memory (a stream's events wait one by one)
-            assert sum(unsent) > CLIENTS * ANSWER_BYTES
+            assert sum(unsent.values()) > CLIENTS * ANSWER_BYTES
         # Bound: once the send timeout has passed, no connection is left and not one byte of output is held.
         eventually(lambda: held(server) == [], timeout=60, what="unread answers dropped")
         assert all(closed_by_server(sock) for sock in sockets)

@@ -38,7 +38,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from helpers import free_port
+from helpers import eventually, free_port
 
 VLLM_MAX_QUESTIONS, VLLM_LABELS, MAX_LEVELS, SGLANG_MAX_OPTIONS = 64, 26, 10, 255
 
@@ -289,8 +289,7 @@ def running(peer: Peer, port: int | None = None) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        while not server.started:
-            time.sleep(0.01)
+        eventually(lambda: server.started, timeout=30, what=f"the {peer.dialect} stand-in on port {port}")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True

@@ -1,14 +1,24 @@
 """One HTTP sweep of a running server for one workload, written as a results JSON (the `canvasread bench` keys).
 
-Usage: python3 bench/http_sweep.py URL MODEL OUT.json --workload standard|cold|think|span|steps4|mixed
+Usage: python3 bench/http_sweep.py URL MODEL OUT.json
+           --workload standard|cold|think|span|steps4|mixed|mixed-samples1|think-beside
            --quantization bf16|fp8-experts --server-command "..." [--levels 1,2,4] [--duration 5]
-           [--baseline MODEL --baseline-levels 1,4] [--fresh]
+           [--baseline MODEL --baseline-levels 1,4] [--fresh] [--thinkers 8]
 
 With --fresh (a server started just before) no level is warmed up first, so
 the sweep's first minute is what the first users of a new server see:
 `first_minute_worst_ms` is the worst latency of the levels that began in it.
 Every result records the engine's compiles and graph misses after the sweep
-(`/metrics`), which must be zero past start-up.
+(`/metrics`), which must be zero past start-up, and the knee's goodput past
+it (`goodput_past_knee`: decisions/s at 4x the knee's clients over the knee's).
+
+`think-beside` (issue 24) is no workload of its own: for each level N it runs
+N standard clients alone, then the same N beside --thinkers clients of the
+think workload, and writes both p50s and p95s, their ratios and the thinkers'
+own latency and requests/s (`canvasread.tools.bench.run_beside`).
+
+Interrupted (Ctrl-C, or `timeout -s INT` at the end of a time budget), it
+still writes the levels finished so far, marked `"interrupted": true`.
 """
 
 from __future__ import annotations
@@ -21,15 +31,19 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from canvasread.tools.bench import Level, run_sweep, summarise
+from canvasread.tools.bench import THINKERS, Beside, Level, run_beside, run_sweep, summarise, summarise_beside
 
 TARGETS = {
     "bf16": {"single_client_p50_ms": 20, "decisions_per_s": 1000, "p95_ms_budget": 400},
     "fp8-experts": {"single_client_p50_ms": 15, "decisions_per_s": 1500, "p95_ms_budget": 400},
 }
+
+
+BESIDE = "think-beside"
 
 
 def main() -> None:
@@ -46,43 +60,100 @@ def main() -> None:
     parser.add_argument("--baseline-levels", default="1,4")
     parser.add_argument("--gpu", default="unknown")
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--thinkers", type=int, default=THINKERS, help=f"think clients beside ({BESIDE} only)")
     args = parser.parse_args()
+    levels = [int(n) for n in args.levels.split(",")]
+    extra = {
+        "bench_command": " ".join(["python3", *sys.argv]),
+        "server_command": args.server_command,
+        "model": "DiffusionGemma-26B-A4B shape (config.json of the checkpoint), random N(0, 0.02) weights",
+        "software": {"python": platform.python_version(), **{p: version(p) for p in ("torch", "transformers")}},
+        "targets": TARGETS[args.quantization],
+        "clients": "closed loop over loopback HTTP; after a 529 a client waits its retry hint before its next request",
+    }
+    command = 'PACK="$OUT/bench.tgz" bash bench/gpu_bench.sh .cache/gpu/dgemma /tmp/bench  # one H200, device tool'
+    run = beside if args.workload == BESIDE else sweep
+    result = run(args, levels, extra, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def sweep(args: argparse.Namespace, levels: list[int], extra: dict[str, Any], command: str) -> dict[str, Any]:
+    """The workload's sweep (and the baseline's), summarised as `canvasread bench` does."""
+    done: dict[str, list[Level]] = {args.model: [], args.baseline or "": []}
 
     def show(name: str) -> Callable[[Level], None]:
         def report(level: Level) -> None:
+            done[name].append(level)
             print(name, args.workload, level.concurrency, "clients:", round(level.decisions_per_s, 1), "decisions/s",
                   "p50", level.p50_ms and round(level.p50_ms, 1), "p95", level.p95_ms and round(level.p95_ms, 1),
-                  "errors", level.errors, flush=True)  # fmt: skip
+                  "shed", level.shed, "errors", level.errors, flush=True)  # fmt: skip
 
         return report
 
-    levels = [int(n) for n in args.levels.split(",")]
-    sweep = run_sweep(args.url, args.model, levels, duration_s=args.duration, on_level=show(args.model),
-                      workload=args.workload, warm=not args.fresh)  # fmt: skip
-    baseline: list[Level] = []
-    if args.baseline:
-        baseline_levels = [int(n) for n in args.baseline_levels.split(",")]
-        baseline = run_sweep(args.url, args.baseline, baseline_levels, duration_s=args.duration,
-                             on_level=show(args.baseline), workload=args.workload)  # fmt: skip
+    interrupted = False
+    try:
+        run_sweep(args.url, args.model, levels, duration_s=args.duration, on_level=show(args.model),
+                  workload=args.workload, warm=not args.fresh)  # fmt: skip
+        if args.baseline:
+            baseline_levels = [int(n) for n in args.baseline_levels.split(",")]
+            run_sweep(args.url, args.baseline, baseline_levels, duration_s=args.duration,
+                      on_level=show(args.baseline), workload=args.workload)  # fmt: skip
+    except KeyboardInterrupt:
+        interrupted = True
+        print(args.workload, "interrupted: writing the levels finished so far", flush=True)
+    measured = done[args.model]
     result = summarise(
-        sweep,
-        baseline,
-        command='bash bench/gpu_bench.sh .cache/gpu/dgemma "$OUT"  # one H200 via the device tool',
+        measured,
+        done[args.baseline or ""] if args.baseline else [],
+        command=command,
         gpu=args.gpu,
         workload=args.workload,
         quantization=args.quantization,
         extra={
-            "bench_command": " ".join(["python3", *sys.argv]),
-            "server_command": args.server_command,
-            "model": "DiffusionGemma-26B-A4B shape (config.json of the checkpoint), random N(0, 0.02) weights",
-            "software": {"python": platform.python_version(), **{p: version(p) for p in ("torch", "transformers")}},
-            "targets": TARGETS[args.quantization],
-            "first_minute_worst_ms": first_minute_worst(sweep) if args.fresh else None,
+            **extra,
+            "first_minute_worst_ms": first_minute_worst(measured) if args.fresh else None,
+            "interrupted": interrupted,
             **engine_events(args.url),
         },
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    knee, ratio = result["knee_concurrency"], result["goodput_at_4x_knee_ratio"]
+    print(args.model, args.workload, "knee", knee, "clients; decisions/s at 4x the knee / at the knee:",
+          ratio and round(ratio, 3), flush=True)  # fmt: skip
+    return result
+
+
+def beside(args: argparse.Namespace, levels: list[int], extra: dict[str, Any], command: str) -> dict[str, Any]:
+    """Standard clients alone and beside thinking clients, each level in turn."""
+    done: list[Beside] = []
+
+    def show(result: Beside) -> None:
+        done.append(result)
+        row = result.summary()
+        print(args.model, BESIDE, row["concurrency"], "standard clients, p50/p95 alone",
+              _ms(row["alone_p50_ms"]), _ms(row["alone_p95_ms"]), "beside", args.thinkers, "thinkers",
+              _ms(row["beside_p50_ms"]), _ms(row["beside_p95_ms"]), "p95 ratio", row["p95_ratio"] and
+              round(row["p95_ratio"], 3), "| think p50", _ms(row["think_p50_ms"]), "requests/s",
+              round(row["think_requests_per_s"], 2), "| errors", result.alone.errors, result.beside.errors,
+              result.think.errors, flush=True)  # fmt: skip
+
+    interrupted = False
+    try:
+        run_beside(args.url, args.model, levels, duration_s=args.duration, thinkers=args.thinkers, on_level=show)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(BESIDE, "interrupted: writing the levels finished so far", flush=True)
+    return summarise_beside(
+        done,
+        command=command,
+        gpu=args.gpu,
+        quantization=args.quantization,
+        extra={**extra, "interrupted": interrupted, **engine_events(args.url)},
+    )
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def first_minute_worst(levels: list[Level]) -> float | None:
@@ -95,16 +166,20 @@ def first_minute_worst(levels: list[Level]) -> float | None:
     return worst
 
 
-def engine_events(url: str) -> dict[str, float]:
-    """Compiles and graph misses the engine counted since start-up, summed over models and reasons."""
-    text = httpx.get(url + "/metrics", headers={"Authorization": "Bearer local"}, timeout=10).text
+def engine_events(url: str) -> dict[str, float | None]:
+    """Compiles and graph misses the engine counted since start-up, summed over models and reasons (None: the
+    server did not answer `/metrics`)."""
+    try:
+        text = httpx.get(url + "/metrics", headers={"Authorization": "Bearer local"}, timeout=10).text
+    except httpx.HTTPError:
+        return {"compiles_after_ready": None, "graph_misses": None}
     events = {"compiles_after_ready": 0.0, "graph_misses": 0.0}
     for line in text.splitlines():
         found = re.match(r"canvasread_engine_(compiles|graph_misses)_total\{.*\} ([0-9.e+-]+)$", line)
         if found:
             key = "compiles_after_ready" if found[1] == "compiles" else "graph_misses"
             events[key] += float(found[2])
-    return events
+    return dict(events)
 
 
 if __name__ == "__main__":

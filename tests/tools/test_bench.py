@@ -112,3 +112,27 @@ def test_bench_without_matplotlib_says_it_skips_the_plot(sparrow_server: str, tm
     assert result.stderr.lstrip().startswith("warning: the bench.png plot needs matplotlib")  # said first
     assert "pip install 'canvasread[plots]'" in result.stderr
     assert (out / "bench.json").exists() and not (out / "bench.png").exists()
+
+
+def test_the_think_beside_row_runs_through_the_gpu_benchmarks_script(
+    tiny_thinking_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Issue 24's think-beside row, as `bench/gpu_bench.sh` runs it: standard clients alone, then beside thinkers."""
+    out = tmp_path / "bench-bf16-think-beside.json"
+    script = Path(__file__).resolve().parents[2] / "bench" / "http_sweep.py"
+    with serve_cli("--model", str(tiny_thinking_checkpoint)) as base:
+        command = [sys.executable, str(script), base, "jev-latest", str(out), "--workload", "think-beside"]
+        command += ["--server-command", "canvasread serve --model tiny", "--levels", "2", "--duration", "1"]
+        result = subprocess.run([*command, "--thinkers", "2"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "think-beside 2 standard clients" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["workload"] == "think-beside" and report["thinkers"] == 2 and report["interrupted"] is False
+    [row] = report["levels"]
+    assert row["concurrency"] == 2
+    for phase in ("alone", "beside", "think"):
+        assert row[phase]["requests_ok"] > 0 and row[phase]["errors"] == 0, (phase, row[phase])
+    assert row["think"]["concurrency"] == 2 and row["think_requests_per_s"] > 0
+    assert row["p95_ratio"] == pytest.approx(row["beside_p95_ms"] / row["alone_p95_ms"])
+    assert report["worst_p95_ratio"] == row["p95_ratio"]
+    assert report["compiles_after_ready"] == 0 and report["graph_misses"] == 0

@@ -9,7 +9,11 @@ steps4 workload reads each canvas after three pinned denoising steps, so their
 extra cost is measured. The mixed workload (`mixed.py`) is traffic the engine
 never saw: states of random length, 16 question sets, default options. Each
 level runs closed-loop clients for a fixed time through `loadgen.drive`;
-decisions per second count the questions of answered requests.
+decisions per second count the questions of answered requests. A sweep's
+summary names its knee (the best decisions/s within the p95 budget) and what
+is left of it at four times the knee's clients (`goodput_past_knee`).
+`run_beside` is issue 24's think-beside row: standard clients alone, then
+beside clients that ask for a thought, and how far their p95 rose.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import functools
 import itertools
 import json
 import platform
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +150,20 @@ def answers_every_question(body: dict[str, Any], answer: dict[str, Any]) -> bool
 
 @dataclass(frozen=True)
 class Level:
-    """One concurrency level of the sweep."""
+    """One concurrency level of the sweep.
+
+    `requests_ok` are the admitted requests (200), `shed` the 529s that carried a retry hint (a server refusing
+    work it cannot take in time, as it should), `errors` everything else (other statuses, a 529 without its
+    hint, no answer at all: `transport_errors` names those by httpx's error). Latencies are of admitted requests
+    only: a 529 answers at once and would flatter them.
+    """
 
     concurrency: int
     requests_ok: int
+    shed: int
     errors: int
     statuses: dict[str, int]
+    transport_errors: dict[str, int]
     decisions_per_s: float
     requests_per_s: float
     p50_ms: float | None
@@ -165,12 +177,15 @@ class Level:
         """`decisions`: the questions the level's answered requests held (workloads vary it per request)."""
         latencies = sorted(1000.0 * s for s in report.latencies_s.get(200, []))
         ok = report.statuses.get(200, 0)
+        shed = report.statuses.get(529, 0) - report.shed_without_retry_hint
         elapsed = report.elapsed_s or 1e-9
         return cls(
             concurrency=concurrency,
             requests_ok=ok,
-            errors=report.sent - ok,
+            shed=shed,
+            errors=report.sent - ok - shed,
             statuses={str(k): v for k, v in sorted(report.statuses.items())},
+            transport_errors=dict(sorted(report.transport_errors.items())),
             decisions_per_s=decisions / elapsed,
             requests_per_s=ok / elapsed,
             p50_ms=_quantile(latencies, 0.50),
@@ -196,32 +211,56 @@ def run_sweep(
     workload: str = "standard",
     warm: bool = True,
 ) -> list[Level]:
-    """Run every level in turn, each after a short warm-up at that concurrency unless `warm` is off."""
+    """Run every level in turn, each after a short warm-up at that concurrency unless `warm` is off.
+
+    Clients are closed-loop; a client answered 529 waits its retry hint before its next request, as SDK clients do.
+    """
     levels = []
-    make = WORKLOADS[workload]
-    numbers = itertools.count()  # never the same request twice in a sweep, warm-ups included
+    body = _numbered(WORKLOADS[workload], model)  # never the same request twice in a sweep, warm-ups included
     for concurrency in concurrencies:
-
-        def body(_: int) -> dict[str, Any]:
-            return make(next(numbers), model)
-
-        warmup = LoadPlan(
-            url,
-            concurrency=concurrency,
-            duration_s=max(0.5, duration_s / 5),
-            max_requests=concurrency * 2,
-            api_key=api_key,
-        )
         if warm:
-            asyncio.run(drive(warmup, body, answers_every_question))
-        plan = LoadPlan(url, concurrency=concurrency, duration_s=duration_s, api_key=api_key)
-        answered: list[int] = []
-        report = asyncio.run(drive(plan, body, functools.partial(_counted, answered)))
-        level = Level.from_report(concurrency, report, sum(answered))
+            asyncio.run(drive(_warmup(url, concurrency, duration_s, api_key), body, answers_every_question))
+        level = asyncio.run(measure(_plan(url, concurrency, duration_s, api_key), body))
         levels.append(level)
         if on_level is not None:
             on_level(level)
     return levels
+
+
+def _numbered(
+    make: Callable[[int, str], dict[str, Any]], model: str, numbers: Iterator[int] | None = None
+) -> Callable[[int], dict[str, Any]]:
+    """A body factory for `drive` that numbers requests from `numbers` (shared by factories that must never send
+    the same state twice), not from the plan's own count."""
+    numbers = numbers if numbers is not None else itertools.count()
+
+    def body(_: int) -> dict[str, Any]:
+        return make(next(numbers), model)
+
+    return body
+
+
+def _plan(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
+    return LoadPlan(url, concurrency=concurrency, duration_s=duration_s, api_key=api_key, honour_retry_after=True)
+
+
+def _warmup(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
+    """A short run before a measured one: a fifth of its time (at least 0.5 s), two requests a client at most."""
+    return LoadPlan(
+        url,
+        concurrency=concurrency,
+        duration_s=max(0.5, duration_s / 5),
+        max_requests=concurrency * 2,
+        api_key=api_key,
+        honour_retry_after=True,
+    )
+
+
+async def measure(plan: LoadPlan, body: Callable[[int], dict[str, Any]]) -> Level:
+    """Drive one plan and make it a `Level`, counting the questions of every whole answer as decisions."""
+    answered: list[int] = []
+    report = await drive(plan, body, functools.partial(_counted, answered))
+    return Level.from_report(plan.concurrency, report, sum(answered))
 
 
 def _counted(answered: list[int], sent: dict[str, Any], answer: dict[str, Any]) -> bool:
@@ -233,9 +272,165 @@ def _counted(answered: list[int], sent: dict[str, Any], answer: dict[str, Any]) 
 
 
 def best_within_budget(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGET_MS) -> Level | None:
-    """The level with the most decisions per second whose p95 stays within the budget."""
-    eligible = [lv for lv in levels if lv.p95_ms is not None and lv.p95_ms <= p95_budget_ms and lv.errors == 0]
+    """The knee: the level with the most decisions per second whose p95 stays within the budget, every request
+    answered (none shed, no errors)."""
+    eligible = [
+        lv for lv in levels if lv.p95_ms is not None and lv.p95_ms <= p95_budget_ms and lv.errors == 0 and lv.shed == 0
+    ]
     return max(eligible, key=lambda lv: lv.decisions_per_s, default=None)
+
+
+# How far past the knee goodput is measured: a server past its knee should keep serving at about its best rate
+# (queueing or shedding the rest), not fall.
+PAST_KNEE = 4
+
+
+def goodput_past_knee(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGET_MS) -> dict[str, Any]:
+    """The knee and the level at `PAST_KNEE` times its clients, when that level was run: what was answered
+    there (decisions/s of admitted requests, their p95, the shed and the errors) and its share of the knee's
+    decisions/s, `goodput_at_4x_knee_ratio`. Every key is there, None where it cannot be said."""
+    knee = best_within_budget(levels, p95_budget_ms)
+    past = next((lv for lv in levels if knee and lv.concurrency == PAST_KNEE * knee.concurrency), None)
+    return {
+        "knee_concurrency": knee.concurrency if knee else None,
+        "knee_decisions_per_s": knee.decisions_per_s if knee else None,
+        "concurrency_at_4x_knee": PAST_KNEE * knee.concurrency if knee else None,
+        "decisions_per_s_at_4x_knee": past.decisions_per_s if past else None,
+        "p95_ms_at_4x_knee": past.p95_ms if past else None,
+        "shed_at_4x_knee": past.shed if past else None,
+        "errors_at_4x_knee": past.errors if past else None,
+        "goodput_at_4x_knee_ratio": (
+            past.decisions_per_s / knee.decisions_per_s if knee and past and knee.decisions_per_s else None
+        ),
+    }
+
+
+# Issue 24's think-beside row: while this many clients think, the p95 of the standard clients beside them
+# may rise by at most this factor over the same clients alone.
+THINKERS = 8
+BESIDE_P95_RISE_TARGET = 1.2
+# The thinking clients start this long before the standard ones, so every measured request has thoughts around it.
+BESIDE_LEAD_S = 0.5
+
+
+@dataclass(frozen=True)
+class Beside:
+    """The same number of standard clients alone, then beside `thinkers` closed-loop clients of the think
+    workload (`think` is those clients' own level: their latency and requests per second)."""
+
+    alone: Level
+    beside: Level
+    think: Level
+    thinkers: int
+
+    def summary(self, target: float = BESIDE_P95_RISE_TARGET) -> dict[str, Any]:
+        """Both levels, the thinkers', and how far the standard p50 and p95 rose (beside / alone). The target
+        is met when the p95 rose by at most `target`, no standard request failed either time, and thoughts
+        were written meanwhile (a thinker that only failed would leave the standard clients alone)."""
+        p50_ratio = _ratio(self.beside.p50_ms, self.alone.p50_ms)
+        p95_ratio = _ratio(self.beside.p95_ms, self.alone.p95_ms)
+        answered = self.alone.errors == 0 and self.beside.errors == 0 and self.think.requests_ok > 0
+        return {
+            "concurrency": self.alone.concurrency,
+            "thinkers": self.thinkers,
+            "alone_p50_ms": self.alone.p50_ms,
+            "alone_p95_ms": self.alone.p95_ms,
+            "beside_p50_ms": self.beside.p50_ms,
+            "beside_p95_ms": self.beside.p95_ms,
+            "p50_ratio": p50_ratio,
+            "p95_ratio": p95_ratio,
+            "p95_rise_target": target,
+            "meets_target": p95_ratio is not None and p95_ratio <= target and answered,
+            "think_p50_ms": self.think.p50_ms,
+            "think_p95_ms": self.think.p95_ms,
+            "think_requests_per_s": self.think.requests_per_s,
+            "alone": vars(self.alone),
+            "beside": vars(self.beside),
+            "think": vars(self.think),
+        }
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def run_beside(
+    url: str,
+    model: str,
+    concurrencies: Sequence[int],
+    *,
+    duration_s: float,
+    thinkers: int = THINKERS,
+    api_key: str = "local",
+    think_timeout_s: float = 120.0,
+    on_level: Callable[[Beside], None] | None = None,
+) -> list[Beside]:
+    """For each number of standard clients: a warm-up, `duration_s` of them alone, then `duration_s` of them
+    beside `thinkers` think clients (started `BESIDE_LEAD_S` earlier, stopping with them; a thought still being
+    written then is waited for). Beside thinkers every request may take up to `think_timeout_s`: a standard read
+    that waits behind thoughts is measured, not cut off. No request repeats a state, across both workloads."""
+    numbers = itertools.count()
+    standard = _numbered(standard_body, model, numbers)
+    thinking = _numbered(think_body, model, numbers)
+    results = []
+    for concurrency in concurrencies:
+        asyncio.run(drive(_warmup(url, concurrency, duration_s, api_key), standard, answers_every_question))
+        alone = asyncio.run(measure(_plan(url, concurrency, duration_s, api_key), standard))
+        think_plan = LoadPlan(
+            url,
+            concurrency=thinkers,
+            duration_s=BESIDE_LEAD_S + duration_s,
+            timeout_s=think_timeout_s,
+            api_key=api_key,
+            honour_retry_after=True,
+        )
+        beside_plan = replace(_plan(url, concurrency, duration_s, api_key), timeout_s=think_timeout_s)
+        beside, think = asyncio.run(_beside(measure(think_plan, thinking), beside_plan, standard))
+        result = Beside(alone=alone, beside=beside, think=think, thinkers=thinkers)
+        results.append(result)
+        if on_level is not None:
+            on_level(result)
+    return results
+
+
+async def _beside(
+    thoughts: Coroutine[Any, Any, Level], plan: LoadPlan, body: Callable[[int], dict[str, Any]]
+) -> tuple[Level, Level]:
+    """The standard plan's level, measured `BESIDE_LEAD_S` into the thinkers' run, and the thinkers' level."""
+    thinking = asyncio.ensure_future(thoughts)
+    await asyncio.sleep(BESIDE_LEAD_S)
+    beside = await measure(plan, body)
+    return beside, await thinking
+
+
+def summarise_beside(
+    results: Sequence[Beside],
+    *,
+    command: str,
+    gpu: str,
+    extra: dict[str, Any] | None = None,
+    quantization: str = "bf16",
+) -> dict[str, Any]:
+    """The think-beside results file: the worst p95 rise over the levels run, whether every level met the
+    target, then each level (`Beside.summary`)."""
+    levels = [result.summary() for result in results]
+    ratios = [level["p95_ratio"] for level in levels if level["p95_ratio"] is not None]
+    result: dict[str, Any] = {
+        "gpu": gpu,
+        "date": dt.date.today().isoformat(),
+        "command": command,
+        "workload": "think-beside",
+        "quantization": quantization,
+        "thinkers": results[0].thinkers if results else THINKERS,
+        "worst_p95_ratio": max(ratios, default=None),
+        "p95_rise_target": BESIDE_P95_RISE_TARGET,
+        "meets_target": bool(levels) and all(level["meets_target"] for level in levels),
+        "levels": levels,
+        "request_example": {"standard": standard_body(0), "think": think_body(0)},
+        "host": {"python": platform.python_version(), "machine": platform.machine()},
+    }
+    result.update(extra or {})
+    return result
 
 
 def summarise(
@@ -263,6 +458,8 @@ def summarise(
         "concurrency_at_best": best.concurrency if best else None,
         "naive_single_client_p50_ms": naive_single.p50_ms if naive_single else None,
         "naive_decisions_per_s": naive_best.decisions_per_s if naive_best else None,
+        **goodput_past_knee(levels),
+        "shed": sum(level.shed for level in levels),
         "sweep": [vars(level) for level in levels],
         "naive_sweep": [vars(level) for level in baseline],
         "workload": workload,

@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,6 +47,9 @@ class LoadPlan:
     max_requests: int | None = None
     timeout_s: float = 60.0
     api_key: str = "local"
+    # Off, a client answered 529 sends its next request at once (the soak's worst case: retries are load); on, it
+    # first waits as long as the answer asks (`retry_delay_s`), as the SDK's clients do, within the plan's time.
+    honour_retry_after: bool = False
 
     def __post_init__(self) -> None:
         host = urlsplit(self.url).hostname
@@ -65,6 +68,17 @@ def tagged_body(sequence: int) -> dict[str, Any]:
         "state": f"Ticket {sequence}: I was charged twice for my order and want a refund.",
         "questions": {f"r{sequence}": {"type": "noul", "instructions": "Is the customer asking for money back?"}},
     }
+
+
+def retry_delay_s(headers: Mapping[str, str]) -> float | None:
+    """How long a 529 asks its client to wait: `retry-after-ms`, else `Retry-After` in seconds; None if neither
+    is a number. `headers` must look names up without regard to case, as httpx's do."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(headers[name]) * scale)
+        except (KeyError, ValueError):
+            continue
+    return None
 
 
 def belongs(body: dict[str, Any], answer: dict[str, Any]) -> bool:
@@ -164,6 +178,9 @@ async def drive(
                     report.mismatched.append(number)
             if response.status_code == 529 and not {"retry-after-ms", "retry-after"} <= set(response.headers):
                 report.shed_without_retry_hint += 1
+            if response.status_code == 529 and plan.honour_retry_after:
+                wait = retry_delay_s(response.headers) or 0.0
+                await asyncio.sleep(min(wait, max(0.0, stop_at - time.monotonic())))
 
     async with httpx.AsyncClient(
         base_url=plan.url,

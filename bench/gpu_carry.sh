@@ -69,7 +69,8 @@ EOF
 folder=.cache/gpu/dgemma
 rm -rf "$folder" && mkdir -p "$folder"
 cp bench/data/diffusiongemma-26B-A4B/config.json "$folder/"
-"$PYTHON" -c "import sys; from pathlib import Path; from canvasread.tools.checkpoints import fetch_gemma_tokenizer
+PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" -c "import sys; from pathlib import Path
+from canvasread.tools.checkpoints import fetch_gemma_tokenizer
 fetch_gemma_tokenizer(Path(sys.argv[1]))" "$folder"
 gzip -9 "$folder/tokenizer.json" "$folder/tokenizer_config.json"
 

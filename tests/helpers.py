@@ -23,7 +23,7 @@ from fastapi import FastAPI
 
 from canvasread.backends.base import FunctionBackend, never_gone
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
-from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
+from canvasread.canvas.reader import CanvasRead, Reader, Slot, SlotLogProbs
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.decide import Decider
@@ -442,3 +442,42 @@ def _encoded(model: Any, prompt: Any, canvas_ids: Sequence[int], sampler: Any) -
     decoder_mask = torch.nn.functional.pad(attention, (0, width), value=True)
     start = {"decoder_input_ids": torch.tensor([list(canvas_ids)])}
     return cache, model._prepare_denoiser_inputs(decoder_mask, cache, sampler, None, 1, prompt.device, start)
+
+
+# ---- engine reads to compare ----------------------------------------------------------------------
+
+
+def tiny_model(decider: Decider) -> Any:
+    """The transformers model under the decider's in-process engine."""
+    return loaded_runtime(canvas_backend(decider)).reader.runner.model  # type: ignore[attr-defined]
+
+
+def mixed_reads(vocab: int) -> list[CanvasRead]:
+    """Two question sets (prefixes) and a prompt without one, states of many lengths, one and three steps."""
+    import torch
+
+    generator = torch.Generator().manual_seed(5)
+
+    def ids(length: int) -> tuple[int, ...]:
+        return tuple(torch.randint(3, vocab, (length,), generator=generator).tolist())
+
+    prefixes = [ids(23), ids(40)]
+    reads = []
+    for n, state in enumerate((4, 57, 13, 90, 31, 8)):
+        prefix = prefixes[n % 2] if n < 5 else ()
+        canvas = ids(16 * (1 + n % 2))
+        slots = (Slot(3, (5, 6)), Slot(len(canvas) - 2, (7, 8, 9, 10)))
+        reads.append(CanvasRead(prefix + ids(state), len(prefix), canvas, slots, steps=1 + 2 * (n % 2), seed=n))
+    # a second canvas of the first prompt: read in the pass that encodes it
+    reads.append(CanvasRead(reads[0].prompt_ids, 23, ids(16), (Slot(0, (11, 12)),)))
+    return reads
+
+
+def assert_same_read(read: CanvasRead, got: Sequence[SlotLogProbs], want: Sequence[SlotLogProbs]) -> None:
+    """fp32 sums follow the pass's shape, so logits move in the last digits (2e-6 relative); denoising steps
+    amplify that (test_steps.py): a row that read another row's keys or canvas would be off by whole units."""
+    import pytest
+
+    tolerance = 2e-6 if read.steps == 1 else 1e-3
+    for x, y in zip(got, want, strict=True):
+        assert x.label_logprobs == pytest.approx(y.label_logprobs, rel=tolerance)

@@ -194,7 +194,7 @@ def test_a_request_that_would_wait_past_the_queue_delay_is_shed_before_preparing
         gate = Gate()
         queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_queue_delay_s=1.5))
         queue.start()
-        queue.stats.recent.extend([(1, 1.0)] * 4)
+        queue.backlog.recent.extend([(1.0, 1, 1.0)] * 4)
         accepted = [asyncio.create_task(queue.submit(ready(job))) for job in ("a", "b")]
         await until(lambda: queue.pending == 2)
         prepared: list[str] = []

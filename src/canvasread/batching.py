@@ -1,15 +1,20 @@
-"""A bounded queue that turns concurrent requests into batches for one backend worker.
+"""A bounded queue that turns concurrent requests into batches for a backend's worker threads.
 
 The collect loop takes what is waiting (up to `max_batch`), lingers briefly for
-requests already on their way (see `_next_batch`), hands the batch to a single worker thread and
-resolves one future per job. While the worker runs, new jobs pile up and form
-the next batch, so throughput grows with load while a lone job starts at once.
+requests already on their way (see `_next_batch`), hands the batch to a worker thread and
+resolves one future per job. While the workers run, new jobs pile up and form
+the next batch, so throughput grows with load while a lone job starts at once. A
+backend that reads several batches at once (`allow`: the in-process engine
+merges their reads in one loop's passes) gets the next batch as soon as one of
+its slots is free, instead of after the batch before it.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
 dropped before they run; one whose caller leaves while its batch runs still
 counts as pending until the batch ends, because the worker is still busy with
 it, and the batch function is told (its `gone` argument) so it can stop that
 job's work at its next step. When a batch raises, each of its jobs is run again alone, so one
-poisonous request cannot fail the requests that shared its batch.
+poisonous request cannot fail the requests that shared its batch. Admission
+(`canvasread.admission`) sheds a request whose wait behind the work in flight
+would pass `max_queue_delay_s`, before it is prepared.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from canvasread.admission import Backlog
+from canvasread.backends.base import MAX_BATCHES_AT_ONCE
 from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
 from canvasread.types import JobCost
 
@@ -48,10 +54,9 @@ class BatchSettings:
     # of activations on the CPU engine); 100 M pixels is two 7000x7000 photos decoded at once.
     max_batch_tokens: int = 32_768
     max_batch_pixels: int = 100_000_000
-    # Opt-in: a request that would wait longer than this for the requests ahead of it, at the rate the last
-    # batches were answered, is answered 529 at once. Off by default: the rate of small batches understates
-    # what a large one does, so at mixed sizes it sheds too early (bench/results/h200-2026-12-02-issue23).
-    max_queue_delay_s: float | None = None
+    # The latency budget: a request that would wait longer than this behind the cost in flight, at the rate the
+    # backend has served cost while busy, is answered 529 at once (`canvasread.admission`); None: never.
+    max_queue_delay_s: float | None = 2.0
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_pending, self.max_batch_tokens, self.max_batch_pixels) < 1:
@@ -60,9 +65,8 @@ class BatchSettings:
             raise ValueError("max_wait_s, linger_s and max_queue_delay_s cannot be negative")
 
 
-# Batches the served rate is measured over, and how many must have run before it is trusted to shed.
-RATE_WINDOW = 32
-RATE_MIN_BATCHES = 4
+# A 529's retry hint while the backlog's rate is not measured yet.
+UNMEASURED_RETRY_S = 1.0
 
 
 @dataclass
@@ -75,23 +79,17 @@ class BatchStats:
     shed: int = 0
     busy_s: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
-    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
-
-    def jobs_per_s(self) -> float | None:
-        """Jobs answered per second of work over the last batches (None until enough have run)."""
-        if len(self.recent) < RATE_MIN_BATCHES:
-            return None
-        seconds = sum(s for _, s in self.recent)
-        return sum(n for n, _ in self.recent) / seconds if seconds > 0 else None
 
 
 @dataclass
 class _Pending(Generic[JobT, ResultT]):
-    """A queued job. While `running`, its place in line is held even if its caller has gone (`abandoned`):
-    the worker is still spending time on it, so `max_pending` and the drain on shutdown must still count it."""
+    """A queued job and its cost units. While `running`, its place in line is held even if its caller has gone
+    (`abandoned`): a worker is still spending time on it, so `max_pending`, the backlog and the drain on shutdown
+    must still count it."""
 
     job: JobT
     future: asyncio.Future[ResultT]
+    cost: float
     running: bool = False
     abandoned: bool = False
 
@@ -132,9 +130,13 @@ class BatchQueue(Generic[JobT, ResultT]):
         self.settings = settings
         self.name = name
         self.stats = BatchStats()
+        self.backlog = Backlog()
+        self.batches_at_once = 1
         self._queue: asyncio.Queue[_Pending[JobT, ResultT]] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"canvasread-{name}")
+        self._running: set[asyncio.Task[None]] = set()
+        self._slot_free = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=MAX_BATCHES_AT_ONCE, thread_name_prefix=f"canvasread-{name}")
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -144,24 +146,31 @@ class BatchQueue(Generic[JobT, ResultT]):
         """Jobs accepted and not yet answered (queued or running)."""
         return self._pending
 
+    def allow(self, batches: int) -> None:
+        """Let the backend read up to `batches` batches at once (1: one after another); any thread may call it
+        (the model loads on one), and the collect loop heeds it when it next forms a batch."""
+        self.batches_at_once = max(1, min(batches, MAX_BATCHES_AT_ONCE))
+
     def start(self) -> None:
-        """Start the collect loop; the queue and the idle flag belong to the running event loop."""
+        """Start the collect loop; the queue and the events belong to the running event loop."""
         self._queue = asyncio.Queue()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._slot_free = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batch-{self.name}")
 
     async def stop(self, drain_s: float = 0.0) -> None:
-        """Let the jobs in flight finish (waiting at most `drain_s`), then stop the loop and free the worker.
+        """Let the jobs in flight finish (waiting at most `drain_s`), then stop the loop and free the workers.
 
         Jobs still queued after the drain are failed with `NotReady`, so no caller waits forever.
         """
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), drain_s)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *self._running]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._held is not None:
             self._fail([self._held], NotReady(f"{self.name} is shutting down"))
             self._held = None
@@ -174,57 +183,61 @@ class BatchQueue(Generic[JobT, ResultT]):
     async def submit(self, prepare: Callable[[], Awaitable[JobT]]) -> ResultT:
         """Take a place in line, prepare the job, queue it and wait for its result.
 
-        Raises `Overloaded` when `max_pending` requests are already in flight. The
-        place is taken before `prepare` runs, so an overloaded backend sheds a
+        Raises `Overloaded` when `max_pending` requests are already in flight, or
+        when the work ahead would keep this one waiting past `max_queue_delay_s`.
+        The place is taken before `prepare` runs, so an overloaded backend sheds a
         request before spending any work on it. Cancelling the caller (a deadline,
         a client that hung up) cancels the job's future and the collect loop skips it.
         """
         if self._queue is None:
             raise RuntimeError("BatchQueue.start() was not called")
-        if self._pending >= self.settings.max_pending:
-            self.stats.shed += 1
-            raise Overloaded(
-                f"{self.name} has {self._pending} requests in flight "
-                f"(limit {self.settings.max_pending}, --max-pending)",
-                retry_after_s=self._retry_hint_s(),
-            )
-        wait = self._expected_wait_s()
-        if wait is not None and self.settings.max_queue_delay_s is not None and wait > self.settings.max_queue_delay_s:
-            self.stats.shed += 1
-            raise Overloaded(
-                f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
-                f"(limit {self.settings.max_queue_delay_s:g} s, --max-queue-delay)",
-                retry_after_s=min(30.0, max(0.05, wait - self.settings.max_queue_delay_s)),
-            )
+        self._admit()
         self._pending += 1
         self._idle.clear()
+        self.backlog.busy(time.monotonic())
         item: _Pending[JobT, ResultT] | None = None
         try:
             job = await prepare()
-            item = _Pending(job, asyncio.get_running_loop().create_future())
+            item = _Pending(job, asyncio.get_running_loop().create_future(), self._units(job))
+            self.backlog.add(item.cost)
             self._queue.put_nowait(item)
             return await item.future
         finally:
             if item is not None and item.running:
                 item.abandoned = True  # the batch still runs it: `_run` gives the place back when it ends
             else:
-                self._release()
+                self._release(item)
 
-    def _release(self) -> None:
+    def _admit(self) -> None:
+        """Shed a request before it takes a place: the queue is full, or the wait is past the latency budget."""
+        wait = self.backlog.wait_s(preparing=self._pending - self.backlog.prepared)
+        if self._pending >= self.settings.max_pending:
+            self.stats.shed += 1
+            raise Overloaded(
+                f"{self.name} has {self._pending} requests in flight "
+                f"(limit {self.settings.max_pending}, --max-pending)",
+                retry_after_s=_hint(wait if wait is not None else UNMEASURED_RETRY_S),
+            )
+        budget = self.settings.max_queue_delay_s
+        if wait is not None and budget is not None and wait > budget:
+            self.stats.shed += 1
+            raise Overloaded(
+                f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
+                f"(limit {budget:g} s, --max-queue-delay)",
+                retry_after_s=_hint(wait - budget),
+            )
+
+    def _units(self, job: JobT) -> float:
+        """The job's cost units for the backlog: its tokens where the backend prices jobs, else one."""
+        return float(self._cost(job).tokens) if self._cost is not None else 1.0
+
+    def _release(self, item: _Pending[JobT, ResultT] | None) -> None:
+        if item is not None:
+            self.backlog.remove(item.cost)
         self._pending -= 1
         if not self._pending:
             self._idle.set()
-
-    def _expected_wait_s(self) -> float | None:
-        """How long the requests in flight take to answer at the measured rate (None: not measured yet)."""
-        rate = self.stats.jobs_per_s()
-        return self._pending / rate if rate else None
-
-    def _retry_hint_s(self) -> float:
-        """Roughly how long the backlog takes to clear, from the measured time per batch."""
-        per_batch = self.stats.busy_s / self.stats.batches if self.stats.batches else 0.05
-        batches_ahead = self._pending / max(1, self.settings.max_batch)
-        return min(30.0, max(0.05, per_batch * batches_ahead))
+            self.backlog.idle()
 
     async def _next_batch(self, queue: asyncio.Queue[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
         """Everything waiting, plus stragglers: for `max_wait_s`, and for `linger_s` more while requests that
@@ -261,12 +274,22 @@ class BatchQueue(Generic[JobT, ResultT]):
         return batch
 
     async def _collect(self) -> None:
+        """Form a batch whenever the backend has a free slot, and run it beside the batches already running."""
         assert self._queue is not None
         while True:
+            while len(self._running) >= self.batches_at_once:
+                self._slot_free.clear()
+                await self._slot_free.wait()
             batch = await self._next_batch(self._queue)
             live = self._live(batch)
             if live:
-                await self._run(live)
+                task = asyncio.get_running_loop().create_task(self._run(live))
+                self._running.add(task)
+                task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slot_free.set()
 
     def _live(self, items: Sequence[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
         """The items whose caller still waits; the rest are counted as dropped and never run."""
@@ -291,7 +314,7 @@ class BatchQueue(Generic[JobT, ResultT]):
             self._fail(live, NotReady(f"{self.name} stopped while answering"))
             raise
         except Exception as error:  # a model bug must fail the requests it touched, never the server
-            self._record(len(live), time.monotonic() - started)
+            self._record(live, time.monotonic() - started)
             if len(live) > 1:
                 for item in live:  # find the poisonous job(s): the others still get their answers
                     if alone := self._live([item]):
@@ -304,7 +327,7 @@ class BatchQueue(Generic[JobT, ResultT]):
                 )
             self._fail(live, error)
         else:
-            self._record(len(live), time.monotonic() - started)
+            self._record(live, time.monotonic() - started)
             for item, result in zip(live, results, strict=True):
                 if item.future.done():
                     continue
@@ -319,18 +342,23 @@ class BatchQueue(Generic[JobT, ResultT]):
             item.running = False
             if item.abandoned:
                 item.abandoned = False
-                self._release()
+                self._release(item)
 
-    def _record(self, size: int, seconds: float) -> None:
+    def _record(self, items: Sequence[_Pending[JobT, ResultT]], seconds: float) -> None:
         self.stats.batches += 1
-        self.stats.jobs += size
+        self.stats.jobs += len(items)
         self.stats.busy_s += seconds
-        self.stats.recent.append((size, seconds))
-        self.stats.batch_sizes.append(size)
+        self.stats.batch_sizes.append(len(items))
         del self.stats.batch_sizes[:-1024]
+        self.backlog.served(sum(item.cost for item in items), len(items), time.monotonic())
 
     @staticmethod
     def _fail(items: Sequence[_Pending[JobT, ResultT]], error: Exception) -> None:
         for item in items:
             if not item.future.done():
                 item.future.set_exception(error)
+
+
+def _hint(seconds: float) -> float:
+    """A 529's Retry-After: the wait, kept between 50 ms and 30 s."""
+    return min(30.0, max(0.05, seconds))

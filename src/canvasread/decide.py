@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReportsCost, ReportsHealth
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReadsBatchesAtOnce, ReportsCost, ReportsHealth
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.capabilities import check_capabilities
@@ -314,6 +314,8 @@ class Decider:
             try:
                 served.backend.load()
                 self._check_calibration(served, served.calibration)
+                if isinstance(served.backend, ReadsBatchesAtOnce):
+                    served.queue.allow(served.backend.batches_at_once)
             except Exception as error:
                 served.load_error = f"{type(error).__name__}: {error}"
                 logger.exception("loading %s failed", served.card.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import post
 
+from canvasread.canvas.prompt import EncodedPrompt
 from canvasread.canvas.thinker import Thought, ThoughtChannel, thought_prefix, with_thought
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.types import MAX_THINK_TOKENS
@@ -25,10 +26,11 @@ def test_the_gemma_tokenizer_ends_thoughts_at_channel_close_and_end_of_turn(chan
 
 
 def test_the_thought_prompt_is_the_read_prompt_with_the_block_left_open(channel: ThoughtChannel) -> None:
-    request = channel.request((2, 105, 100, 45518, 107, CLOSE), 16, seed=3)
+    request = channel.request(EncodedPrompt((2, 105, 100, 45518, 107, CLOSE), 3), 16, seed=3)
     assert request.prompt_ids == (2, 105, 100, 45518, 107) and request.stop_ids == (CLOSE, END)
+    assert request.prefix_length == 3, "the thought keeps the prompt's shared prefix, for the prefix cache"
     with pytest.raises(ValueError, match="empty thought block"):
-        channel.request((2, 105, 100), 16, seed=3)
+        channel.request(EncodedPrompt((2, 105, 100), 0), 16, seed=3)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,7 @@ def test_the_thought_prompt_is_the_read_prompt_with_the_block_left_open(channel:
 def test_a_generation_is_cut_at_its_first_stop_id_and_at_max_tokens(
     channel: ThoughtChannel, written: list[int], kept: tuple[int, ...], closed: bool
 ) -> None:
-    thought = thought_prefix(channel.request((1, CLOSE), 4, seed=0), written, 12.5)
+    thought = thought_prefix(channel.request(EncodedPrompt((1, CLOSE), 0), 4, seed=0), written, 12.5)
     assert thought == Thought(kept, closed, 12.5)
 
 

@@ -111,6 +111,21 @@ class ReportsCost(Protocol):
     def cost(self, job: Any) -> JobCost: ...
 
 
+# The most batches any backend may read at once (the batch queue's worker threads, started as they are needed).
+MAX_BATCHES_AT_ONCE = 16
+
+
+@runtime_checkable
+class ReadsBatchesAtOnce(Protocol):
+    """Optional: a backend whose `decide` may run for several batches at once, each on a worker thread of its own
+    (the in-process engine merges their reads, re-reads and thoughts in one loop's passes, so a batch's re-read
+    round rides beside the next batch's first reads). Read once the backend has loaded; 1 means one at a time.
+    """
+
+    @property
+    def batches_at_once(self) -> int: ...
+
+
 @runtime_checkable
 class HasFingerprint(Protocol):
     """Optional: a stable hash of everything that shapes the backend's probabilities (weights, config).

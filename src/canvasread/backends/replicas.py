@@ -14,7 +14,16 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from canvasread.backends.base import AnyBackend, Gone, HasFingerprint, ReportsCost, ReportsCounters, never_gone
+from canvasread.backends.base import (
+    MAX_BATCHES_AT_ONCE,
+    AnyBackend,
+    Gone,
+    HasFingerprint,
+    ReadsBatchesAtOnce,
+    ReportsCost,
+    ReportsCounters,
+    never_gone,
+)
 from canvasread.types import DecisionRequest, DecisionResult, JobCost, ModelCard
 
 
@@ -26,7 +35,10 @@ class ReplicaSet:
         if len(names) != 1:
             raise ValueError(f"replicas must serve one model, not {sorted(names)}")
         self.replicas = list(replicas)
-        self._pool = ThreadPoolExecutor(max_workers=len(replicas), thread_name_prefix="canvasread-replica")
+        # A share of each batch in flight on each replica (threads start as they are needed).
+        self._pool = ThreadPoolExecutor(
+            max_workers=len(replicas) * MAX_BATCHES_AT_ONCE, thread_name_prefix="canvasread-replica"
+        )
         self.batches_per_replica = [0] * len(replicas)
 
     @property
@@ -47,6 +59,11 @@ class ReplicaSet:
         first.load()
         for future in [self._pool.submit(replica.load) for replica in others]:
             future.result()
+
+    @property
+    def batches_at_once(self) -> int:
+        """As many batches at once as every replica takes (each batch is split over all of them)."""
+        return min(r.batches_at_once if isinstance(r, ReadsBatchesAtOnce) else 1 for r in self.replicas)
 
     def counters(self) -> Mapping[str, float]:
         totals: dict[str, float] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ class CanvasRuntime:
     through (the vLLM wing's upstreams); it is called on the event loop, so it returns a flag, never blocks.
     `capacity` is the reader's prompt store, for a reader that holds a call's prompts in a bounded one (the
     in-process engine's KV store): requests that cannot fit are refused before they queue (None: no bound).
-    `close` stops what the runtime started (threads, connections), for tests and embedders.
+    `close` stops what the runtime started (threads, connections), for tests and embedders. `batches` is how
+    many batches `decide` may read at once over this runtime (the in-process engine merges their reads, re-reads
+    and thoughts in one loop's passes; a reader that cannot, one).
     """
 
     reader: Reader
@@ -79,6 +82,7 @@ class CanvasRuntime:
     health: Callable[[], str | None] | None = None
     close: Callable[[], None] | None = None
     capacity: StoreCapacity | None = None
+    batches: int = 1
 
 
 class CanvasBackend:
@@ -93,7 +97,8 @@ class CanvasBackend:
         self._rereads = RereadPolicy(settings.reread_entropy, settings.max_auto_reads)
         self._runtime: CanvasRuntime | None = None
         self._pieces: _Pieces | None = None
-        self._reread_count = 0
+        self._rereads_read = 0
+        self._count_lock = threading.Lock()
 
     @property
     def card(self) -> ModelCard:
@@ -128,10 +133,15 @@ class CanvasBackend:
         self._pieces = _Pieces.of(runtime, self._card, self.settings.layout)
         self._runtime = runtime
 
+    @property
+    def batches_at_once(self) -> int:
+        """How many batches `decide` may read at once: the runtime's (`CanvasRuntime.batches`)."""
+        return self._runtime.batches if self._runtime is not None else 1
+
     def counters(self) -> dict[str, float]:
         reader = self._runtime.reader if self._runtime is not None else None
         counted = dict(reader.counters()) if isinstance(reader, ReaderWithCounters) else {}
-        counted["rereads"] = float(self._reread_count)
+        counted["rereads"] = float(self._rereads_read)
         return counted
 
     def prepare(self, request: DecisionRequest) -> CanvasJob:
@@ -154,7 +164,8 @@ class CanvasBackend:
             if not uncertain:
                 break
             pieces.slots.read(jobs, self._rereads.again(jobs, uncertain, read), readings, only=uncertain, gone=gone)
-            self._reread_count += len(uncertain)
+            with self._count_lock:  # batches run on several threads at once
+                self._rereads_read += len(uncertain)
         searches = pieces.spans.search(jobs, gone)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         result = pieces.diagnostics.result

@@ -36,6 +36,7 @@ from typing import Protocol
 from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.layouts import ReadLayout
 from canvasread.canvas.plan import ReadPlan
+from canvasread.canvas.prompt import EncodedPrompt
 from canvasread.canvas.reader import PromptImage
 from canvasread.canvas.tokenizer import Tokenizer
 from canvasread.types import DecisionRequest, JSONValue
@@ -54,6 +55,8 @@ class ThoughtRequest:
     seed: int
     # The prompt's images, as a read of the same prompt places them (a thinker that cannot see them refuses them).
     images: tuple[PromptImage, ...] = ()
+    # The part of the prompt shared by requests that ask the same questions (a reader's cached prefix).
+    prefix_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,14 @@ class ThoughtChannel:
             return None
         return cls(close[0], (close[0], end[0]))
 
-    def request(
-        self, read_prompt: Sequence[int], max_tokens: int, seed: int, images: tuple[PromptImage, ...] = ()
-    ) -> ThoughtRequest:
-        """The thought's request: the read prompt with its empty thought block left open (its images where they are)."""
-        if not read_prompt or read_prompt[-1] != self.close_id:
+    def request(self, read_prompt: EncodedPrompt, max_tokens: int, seed: int) -> ThoughtRequest:
+        """The thought's request: the read prompt with its empty thought block left open (its images where they
+        are, its shared prefix kept)."""
+        ids = read_prompt.ids
+        if not ids or ids[-1] != self.close_id:
             raise ValueError("the read prompt does not end with the empty thought block")
-        return ThoughtRequest(tuple(read_prompt[:-1]), max_tokens, self.stop_ids, seed, images)
+        prefix = min(read_prompt.prefix_length, len(ids) - 1)
+        return ThoughtRequest(tuple(ids[:-1]), max_tokens, self.stop_ids, seed, read_prompt.images, prefix)
 
 
 def with_thought(read_prompt: Sequence[int], thought: Thought) -> tuple[int, ...]:

@@ -54,8 +54,7 @@ class Thinking:
         thinker, channel = self._thinker, self._channel
         assert thinker is not None and channel is not None, "prepare() refuses think where the model cannot"
         prompts = {j: jobs[j].plan.prompts[0] for j in wanting}
-        requests = [channel.request(prompts[j].ids, jobs[j].request.options.think or 0, jobs[j].seed, prompts[j].images)
-                    for j in wanting]  # fmt: skip
+        requests = [channel.request(prompts[j], jobs[j].request.options.think or 0, jobs[j].seed) for j in wanting]
         written = thinker.think(requests, lambda i: gone(wanting[i]))
         thought = {j: t for j, t in zip(wanting, written, strict=True) if t is not None}
         return [replace(job, thought=thought[j]) if j in thought else job for j, job in enumerate(jobs)]

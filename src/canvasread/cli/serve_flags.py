@@ -93,6 +93,23 @@ KvCacheGib = Annotated[
         help="In-process engine: GiB of its KV store (default: 40% of the GPU memory free after start-up; 2 on a CPU).",
     ),
 ]
+PassTokens = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        rich_help_panel=MODELS,
+        help="In-process engine: tokens one pass may take, encodings, reads and thoughts together "
+        "(default: its largest bucket, 8192).",
+    ),
+]
+BatchesInFlight = Annotated[
+    int,
+    typer.Option(
+        metavar="N",
+        rich_help_panel=MODELS,
+        help="In-process engine: batches read at once, their reads, re-reads and thoughts sharing its passes.",
+    ),
+]
 Calibrations = Annotated[
     list[Path] | None,
     typer.Option(
@@ -130,7 +147,8 @@ MaxQueueDelay = Annotated[
     typer.Option(
         metavar="SECONDS",
         rich_help_panel=BATCHING,
-        help="Answer 529 at once when a request would wait longer than this for those ahead of it (0: off).",
+        help="The latency budget: answer 529 at once when a request would wait longer than this behind the work "
+        "in flight, at the rate the model has served it (0: off).",
     ),
 ]
 Timeout = Annotated[
@@ -258,6 +276,8 @@ class ModelFlags:
     compile: Compile = EngineSettings.compile
     fp8_experts: Fp8Experts = EngineSettings.fp8_experts
     kv_cache_gib: KvCacheGib = None
+    pass_tokens: PassTokens = EngineSettings.pass_tokens
+    batches_in_flight: BatchesInFlight = EngineSettings.batches_in_flight
     layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
 
@@ -286,6 +306,8 @@ class ModelFlags:
             compile=self.compile,
             fp8_experts=self.fp8_experts,
             cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * (1 << 30)),
+            pass_tokens=self.pass_tokens,
+            batches_in_flight=self.batches_in_flight,
         )
 
     def reading(self) -> ReadSettings:

@@ -4,48 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-import torch
+from helpers import assert_same_read, mixed_reads, tiny_model
 
-from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.settings import Buckets
-from canvasread.canvas.reader import CanvasRead, Slot
+from canvasread.canvas.reader import CanvasRead
 from canvasread.decide import Decider
-
-
-def tiny_model(decider: Decider) -> Any:
-    backend = decider.served[0].backend
-    assert isinstance(backend, CanvasBackend) and backend.runtime is not None
-    return backend.runtime.reader.runner.model  # type: ignore[attr-defined]
-
-
-def mixed_reads(vocab: int) -> list[CanvasRead]:
-    """Two question sets (prefixes) and a prompt without one, states of many lengths, one and three steps."""
-    generator = torch.Generator().manual_seed(5)
-
-    def ids(length: int) -> tuple[int, ...]:
-        return tuple(torch.randint(3, vocab, (length,), generator=generator).tolist())
-
-    prefixes = [ids(23), ids(40)]
-    reads = []
-    for n, state in enumerate((4, 57, 13, 90, 31, 8)):
-        prefix = prefixes[n % 2] if n < 5 else ()
-        canvas = ids(16 * (1 + n % 2))
-        slots = (Slot(3, (5, 6)), Slot(len(canvas) - 2, (7, 8, 9, 10)))
-        reads.append(CanvasRead(prefix + ids(state), len(prefix), canvas, slots, steps=1 + 2 * (n % 2), seed=n))
-    # a second canvas of the first prompt: read in the pass that encodes it
-    reads.append(CanvasRead(reads[0].prompt_ids, 23, ids(16), (Slot(0, (11, 12)),)))
-    return reads
-
-
-def assert_same_read(read: CanvasRead, got: list[Any], want: list[Any]) -> None:
-    """fp32 sums follow the pass's shape, so logits move in the last digits (2e-6 relative); denoising steps
-    amplify that (test_steps.py): a row that read another row's keys or canvas would be off by whole units."""
-    tolerance = 2e-6 if read.steps == 1 else 1e-3
-    for x, y in zip(got, want, strict=True):
-        assert x.label_logprobs == pytest.approx(y.label_logprobs, rel=tolerance)
 
 
 def test_mixed_prompts_in_one_pass_equal_each_read_alone(tiny_decider: Decider) -> None:

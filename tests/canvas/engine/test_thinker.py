@@ -1,5 +1,6 @@
-"""`think` in process: transformers' own generation loop writes the thought on the tiny thinking checkpoint,
-and every read of the request (each canvas, each re-read) holds it in its prompt's thought block."""
+"""`think` in process: the engine writes the thought (as transformers' `generate` would: `test_thoughts.py`) on
+the tiny thinking checkpoint, and every read of the request (each canvas, each re-read) holds it in its prompt's
+thought block."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from helpers import RecordingReader, png
 
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime, ReadSettings
 from canvasread.canvas.engine.factory import canvas_backend_for_checkpoint, load_runtime
+from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
 from canvasread.canvas.engine.settings import EngineSettings
-from canvasread.canvas.engine.thinker import GenerateThinker
 from canvasread.canvas.layouts import LAYOUTS
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.decide import Decider
@@ -128,8 +129,8 @@ def test_a_caller_gone_before_its_thought_gets_none_written(
 ) -> None:
     _, _, backend = recorded
     _, request = parse_request({"model": "m", "state": STATE, "questions": QUESTIONS, **ASKED})
-    thinker = runtime.thinker
-    assert isinstance(thinker, GenerateThinker)
-    written = thinker.thoughts
+    reader = runtime.reader
+    assert isinstance(runtime.thinker, EngineThinker) and isinstance(reader, InProcessReader)
+    written = reader.counters()["thoughts"]
     assert backend.decide([backend.prepare(request)], gone=lambda _: True) == [None]
-    assert thinker.thoughts == written
+    assert reader.counters()["thoughts"] == written

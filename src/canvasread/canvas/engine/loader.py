@@ -140,8 +140,9 @@ def _image_processor(name_or_path: str) -> Any:
     """The checkpoint's image processor (Pillow backend, no torchvision), or None for a text-only checkpoint."""
     from transformers import AutoImageProcessor
 
+    processors: Any = AutoImageProcessor  # typed from transformers 5.25 on, untyped before
     try:
-        return AutoImageProcessor.from_pretrained(name_or_path, backend="pil")  # type: ignore[no-untyped-call]
+        return processors.from_pretrained(name_or_path, backend="pil")
     except (OSError, ValueError):
         return None
 

@@ -16,6 +16,9 @@ DEFAULT_CPU_CACHE_BYTES = 2 << 30
 DEFAULT_TOKEN_BUCKETS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 # Rows (canvas reads) in one forward pass at most; larger batches are split.
 DEFAULT_MAX_ROWS = 256
+# Batches the canvas backend reads at once over one engine: their reads, re-reads and thoughts share the engine
+# loop's passes, so a batch's re-read round rides beside the next batch's first reads instead of waiting for it.
+DEFAULT_BATCHES_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ class EngineSettings:
     cache_bytes: int | None = None
     max_rows: int = DEFAULT_MAX_ROWS
     buckets: Buckets = field(default_factory=Buckets)
+    # Tokens one pass may take (prompt encodings, reads and thoughts together); None: the largest bucket. A
+    # smaller pass answers a lone request's steps sooner under load, a larger one reads more per weight load.
+    pass_tokens: int | None = None
+    batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -84,3 +91,10 @@ class EngineSettings:
             raise ValueError("--gpus places one replica on each of cuda:0..N-1; leave --device out")
         if (self.cache_bytes is not None and self.cache_bytes < 0) or self.max_rows < 1:
             raise ValueError("cache_bytes must be >= 0 and max_rows >= 1")
+        if self.batches_in_flight < 1:
+            raise ValueError("--batches-in-flight must be at least 1")
+        if self.pass_tokens is not None and not self.buckets.tokens[0] <= self.pass_tokens <= self.buckets.max_tokens:
+            raise ValueError(
+                f"--pass-tokens must be between the engine's smallest and largest bucket, "
+                f"{self.buckets.tokens[0]} and {self.buckets.max_tokens}"
+            )

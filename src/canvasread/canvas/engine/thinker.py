@@ -1,11 +1,11 @@
-"""The in-process `Thinker`: transformers' own DiffusionGemma `generate` on the loaded model, seeded.
+"""The naive baseline's `Thinker`: transformers' own DiffusionGemma `generate` on the loaded model, seeded.
 
 A thought is what the model's generation loop writes (the checkpoint's
 `generation_config.json` sets the denoising steps, temperature schedule and
-sampler), so it is exactly what transformers would write for the same prompt
-and seed. It costs one denoising loop per canvas of tokens on the batch
+sampler). It costs one denoising loop per canvas of tokens on the batch
 worker, while reads of other requests wait; thoughts of one batch are written
-one after another.
+one after another. The fused engine writes the same thoughts in its own
+passes (`reader.EngineThinker`, `generation.py`); this is what it is held to.
 """
 
 from __future__ import annotations

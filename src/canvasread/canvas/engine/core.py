@@ -1,0 +1,198 @@
+"""The engine's core loop: one thread runs passes over every work in flight, whoever submitted it.
+
+Callers (the batch workers of the canvas backend, however many batches run
+at once) submit works (`works.py`) and wait; the loop's thread owns the
+runner, the KV store and the prompts in it. Each cycle, as vLLM's engine
+core steps:
+
+1. admit what arrived, oldest first (its prompts placed in the store; a
+   work that does not fit waits while work in flight holds pages, and
+   fails with `StoreFull` when nothing does);
+2. drop the tasks whose caller has gone;
+3. pack the next pass (`scheduler.pack`: a token budget shared by every
+   prompt's encoding, reads and thoughts, in turns, oldest first) and run it;
+4. hand each row's output to its task, file finished tasks' results and
+   complete the works with none left.
+
+So a re-read of one request rides in the pass that reads another's first
+canvases, and a thought's denoising steps interleave with other requests'
+reads instead of holding them. The thread starts with the first work and
+ends when none is left (no thread to stop; a reader dropped is collected).
+A pass that fails fails every work in flight, as a failed batch fails its
+jobs: the batch queue then retries each job alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from canvasread.canvas.engine.kvstore import KVStore, PromptCache, StoreFull
+from canvasread.canvas.engine.prompts import PlacedPrompt, PromptTable
+from canvasread.canvas.engine.rows import RowOutput
+from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.scheduler import Sized, pack
+from canvasread.canvas.engine.tasks import Kit, Unit
+from canvasread.canvas.engine.works import Work
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PassCounters:
+    passes: int = 0
+    pass_tokens: int = 0
+    pass_rows: int = 0
+    denoising_steps: int = 0
+
+
+class EngineCore:
+    """The state of the engine between passes; every method but `submit` runs on the loop's thread."""
+
+    def __init__(self, runner: FusedRunner, store: KVStore, *, max_rows: int, pass_tokens: int | None = None) -> None:
+        self.runner = runner
+        self.table = PromptTable(store, PromptCache(store), runner)
+        self.kit = Kit.of(runner)
+        self.max_rows = max_rows
+        self.pass_tokens = min(pass_tokens or runner.buckets.max_tokens, runner.buckets.max_tokens)
+        self.stats = PassCounters()
+        self.admitted: Counter[str] = Counter(reads=0, thoughts=0)  # items admitted (their callers waited)
+        self._waiting: deque[Work[Any]] = deque()
+        self._works: list[Work[Any]] = []
+
+    @property
+    def idle(self) -> bool:
+        return not self._waiting and not self._works
+
+    def counters(self) -> Mapping[str, float]:
+        counted: dict[str, float] = {**vars(self.stats), **vars(self.table.stats), **self.admitted}
+        counted.update(kv_cache_entries=len(self.table.cache), kv_store_free_pages=self.table.store.free_pages)
+        return counted
+
+    def cycle(self, arrived: list[Work[Any]]) -> None:
+        """Admit, drop the departed, run one pass, file what finished (the module docstring's steps)."""
+        self._waiting.extend(arrived)
+        self._admit()
+        for work in self._works:
+            for task in [task for task in work.tasks if work.gone(task.index)]:
+                work.file(task, self.table)
+        if any(work.tasks for work in self._works):
+            self._pass()
+        self._complete()
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every work admitted or waiting (a pass failed, or the loop itself did)."""
+        for work in [*self._works, *self._waiting]:
+            work.fail(error, self.table)
+        self._works.clear()
+        self._waiting.clear()
+
+    def _admit(self) -> None:
+        while self._waiting:
+            work = self._waiting[0]
+            try:
+                work.admit(self.table, self.kit)
+            except StoreFull as error:
+                if any(w.tasks for w in self._works):
+                    return  # pages come back as the work in flight finishes
+                self._waiting.popleft()
+                work.fail(error, self.table)
+                continue
+            except Exception as error:  # an image the vision tower cannot take fails its own call only
+                self._waiting.popleft()
+                work.fail(error, self.table)
+                continue
+            self._waiting.popleft()
+            self._works.append(work)
+            self.admitted[work.kind] += len(work.tasks)
+
+    def _pass(self) -> None:
+        units = pack(self._queues(), budget=self.pass_tokens, max_rows=self.max_rows)
+        if not units:
+            raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
+        rows = [unit.row for unit in units]
+        outputs = self.runner.run(rows, self.table.store)
+        self.stats.passes += 1
+        self.stats.pass_rows += len(rows)
+        self.stats.pass_tokens += sum(len(row.ids) for row in rows)
+        self.stats.denoising_steps += sum(row.canvas_hidden for row in rows)
+        for unit, output in zip(units, outputs, strict=True):
+            unit.then(output)
+
+    def _queues(self) -> list[list[Sized[Unit]]]:
+        """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step."""
+        tasks: dict[int, list[Any]] = {}
+        for work in self._works:
+            for task in work.tasks:
+                tasks.setdefault(id(task.prompt), []).append(task)
+        queues = []
+        for owned in sorted(tasks.values(), key=lambda owned: owned[0].prompt.order):
+            prompt = owned[0].prompt
+            ran = functools.partial(self._chunk_ran, prompt)
+            queue = [Sized(Unit(chunk, ran), len(chunk.ids)) for chunk in prompt.chunks]
+            queues.append(queue + [unit for task in owned for unit in task.units()])
+        return queues
+
+    def _chunk_ran(self, prompt: PlacedPrompt, output: RowOutput) -> None:
+        """One of the prompt's encoding rows ran (they run in order): after its last, the prompt is cached."""
+        prompt.chunks.popleft()
+        self.table.encoded(prompt)
+
+    def _complete(self) -> None:
+        for work in list(self._works):
+            for task in [task for task in work.tasks if task.finished]:
+                work.file(task, self.table)
+            if not work.tasks:
+                self._works.remove(work)
+                work.complete()
+
+
+class EngineLoop:
+    """Runs an `EngineCore` on a thread of its own while it has work (see the module docstring)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._lock = threading.Lock()
+        self._arrived: list[Work[Any]] = []
+        self._running = False
+
+    def submit(self, work: Work[Any]) -> None:
+        """Hand `work` to the loop (starting its thread if it is not running); the caller then waits on it."""
+        with self._lock:
+            self._arrived.append(work)
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="canvasread-engine", daemon=True).start()
+
+    def _run(self) -> None:
+        device = self.core.runner.stack.device
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        try:
+            with torch.inference_mode():
+                while True:
+                    with self._lock:
+                        arrived, self._arrived = self._arrived, []
+                        if not arrived and self.core.idle:
+                            self._running = False
+                            return
+                    try:
+                        self.core.cycle(arrived)
+                    except Exception as error:  # a model bug fails the work in flight, never the loop
+                        logger.error("an engine pass failed", exc_info=error)
+                        self.core.fail_all(error)
+        except BaseException as error:  # the thread itself is going (interpreter exit): no caller waits forever
+            with self._lock:
+                self.core.fail_all(error)
+                for work in self._arrived:
+                    work.fail(error, self.core.table)
+                self._arrived, self._running = [], False
+            raise

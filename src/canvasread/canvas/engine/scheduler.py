@@ -1,0 +1,54 @@
+"""What goes into the next pass: a token budget shared by prompt encodings, reads and thoughts, taken in turns.
+
+The engine hands the scheduler one queue of units per prompt in flight, the
+oldest prompt first: the prompt's encoding rows not yet run, then the next
+step of each task that reads it (a read, a multi-step read's next step, a
+thought's next block encoding and denoising step). A queue's units depend on
+the ones before them (a canvas reads the keys its prompt's rows write, which
+a pass writes before any attention reads them), so they are taken in order.
+
+The pass takes one unit from each queue in turn, oldest first, until its
+token budget or its rows run out; a queue whose next unit does not fit is
+done for this pass. So no one prompt (a request's many canvases, a long
+thought) fills a pass while another waits, work already under way goes
+before new work, and a prompt's reads share the pass that encodes it when
+there is room (vLLM's chunked prefill, with the oldest first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+UnitT = TypeVar("UnitT")
+
+
+@dataclass(frozen=True)
+class Sized(Generic[UnitT]):
+    """A unit of work and the tokens it puts in a pass."""
+
+    unit: UnitT
+    tokens: int
+
+
+def pack(queues: Sequence[Sequence[Sized[UnitT]]], *, budget: int, max_rows: int) -> list[UnitT]:
+    """The units of the next pass, in the order taken (see the module docstring)."""
+    taken: list[UnitT] = []
+    taken_from = [0] * len(queues)
+    open_queues = [q for q, queue in enumerate(queues) if queue]
+    while open_queues and len(taken) < max_rows:
+        still_open = []
+        for q in open_queues:
+            if len(taken) == max_rows:
+                break
+            sized = queues[q][taken_from[q]]
+            if sized.tokens > budget:
+                continue
+            taken.append(sized.unit)
+            budget -= sized.tokens
+            taken_from[q] += 1
+            if taken_from[q] < len(queues[q]):
+                still_open.append(q)
+        open_queues = still_open
+    return taken

@@ -1,0 +1,36 @@
+"""`scheduler.pack` on its own: turns across prompts, oldest first, each queue in order, within budget and rows."""
+
+from __future__ import annotations
+
+from canvasread.canvas.engine.scheduler import Sized, pack
+
+
+def queue(name: str, *tokens: int) -> list[Sized[str]]:
+    return [Sized(f"{name}{n}", size) for n, size in enumerate(tokens)]
+
+
+def test_each_queue_gives_one_unit_a_turn_oldest_first() -> None:
+    queues = [queue("a", 1, 1, 1, 1), queue("b", 1), queue("c", 1, 1)]
+    assert pack(queues, budget=100, max_rows=100) == ["a0", "b0", "c0", "a1", "c1", "a2", "a3"]
+
+
+def test_the_budget_closes_a_queue_whose_next_unit_does_not_fit_and_others_go_on() -> None:
+    """a's second unit (8 tokens) does not fit what is left, so a is done; b's small units still go in."""
+    queues = [queue("a", 4, 8, 1), queue("b", 2, 2, 2)]
+    assert pack(queues, budget=10, max_rows=100) == ["a0", "b0", "b1", "b2"]
+
+
+def test_a_unit_that_depends_on_one_left_out_is_never_taken() -> None:
+    """A queue is taken in order: a canvas after an encoding row that did not fit waits for the next pass."""
+    queues = [queue("old", 6), queue("new", 8, 1)]
+    assert pack(queues, budget=10, max_rows=100) == ["old0"]
+
+
+def test_rows_are_capped() -> None:
+    queues = [queue("a", 1, 1, 1), queue("b", 1, 1, 1)]
+    assert pack(queues, budget=100, max_rows=4) == ["a0", "b0", "a1", "b1"]
+
+
+def test_nothing_to_do_and_nothing_that_fits_give_an_empty_pass() -> None:
+    assert pack([], budget=10, max_rows=4) == []
+    assert pack([queue("a", 11)], budget=10, max_rows=4) == []

@@ -1,0 +1,142 @@
+"""Thoughts written by the engine's own passes: transformers' `generate`, token for token, beside other reads.
+
+The reference is `GenerateThinker` (transformers' `generate` on the same
+model, seeded). The engine writes the same blocks in its fused passes: the
+prompt encoded in the store, each denoising step a canvas row
+self-conditioned on the last, each block but the last encoded after the
+prompt. In fp32 on the tiny thinking checkpoint (canvas 32, 2 denoising
+steps a block) every token must be `generate`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canvasread.canvas.backend import CanvasRuntime
+from canvasread.canvas.engine.factory import load_runtime
+from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
+from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.engine.thinker import GenerateThinker
+from canvasread.canvas.reader import CanvasRead, Slot
+from canvasread.canvas.thinker import ThoughtChannel, ThoughtRequest
+from canvasread.canvas.tokenizer import HFTokenizer
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_thinking_checkpoint: Path) -> CanvasRuntime:
+    return load_runtime(str(tiny_thinking_checkpoint), EngineSettings(), naive=False)
+
+
+@pytest.fixture(scope="module")
+def model(runtime: CanvasRuntime) -> Any:
+    assert isinstance(runtime.reader, InProcessReader)
+    return runtime.reader.runner.model
+
+
+def thought_requests(tokenizer: HFTokenizer, tokens: int, seeds: tuple[int, ...]) -> list[ThoughtRequest]:
+    """Thought prompts as the canvas backend asks them: a chat prompt left open in the thought channel."""
+    channel = ThoughtChannel.of(tokenizer)
+    assert channel is not None
+    requests = []
+    for n, seed in enumerate(seeds):
+        text = f"<bos><|turn>user\nTicket {n}: charged twice for order {1180 + n}.<turn|>\n<|turn>model\n"
+        ids = (*tokenizer.encode(text + "<|channel>thought\n"), channel.close_id)
+        prompt_ids = ids[:-1]
+        requests.append(ThoughtRequest(prompt_ids, tokens, channel.stop_ids, seed, prefix_length=3))
+    return requests
+
+
+def never_stopping(request: ThoughtRequest) -> ThoughtRequest:
+    """The same request with no stop ids, so the thought runs its whole length (every block, every encode)."""
+    return ThoughtRequest(
+        request.prompt_ids, request.max_tokens, (), request.seed, request.images, request.prefix_length
+    )
+
+
+def test_a_thought_is_generate_token_for_token(model: Any, tokenizer: HFTokenizer) -> None:
+    """Three blocks of 32 (two of them encoded after the prompt), and a thought cut inside its first block."""
+    engine = EngineThinker(InProcessReader(FusedRunner(model)))
+    reference = GenerateThinker(model, pad_id=tokenizer.pad_id)
+    long = [never_stopping(request) for request in thought_requests(tokenizer, 80, (7, 8))]
+    short = thought_requests(tokenizer, 12, (9,))
+    for request in [*long, *short]:
+        [ours] = engine.think([request])
+        [theirs] = reference.think([request])
+        assert ours is not None and theirs is not None
+        assert ours.token_ids == theirs.token_ids and ours.closed == theirs.closed
+    assert len(ours.token_ids) <= 12
+
+
+def test_thoughts_written_together_equal_each_alone(model: Any, tokenizer: HFTokenizer) -> None:
+    """Batched thoughts share passes (one canvas row each a pass) and still draw only from their own seeds."""
+    requests = [never_stopping(request) for request in thought_requests(tokenizer, 40, (1, 2, 3))]
+    reader = InProcessReader(FusedRunner(model))
+    together = EngineThinker(reader).think(requests)
+    passes = reader.counters()["passes"]
+    alone = [EngineThinker(InProcessReader(FusedRunner(model))).think([request])[0] for request in requests]
+    assert [t.token_ids for t in together if t] == [t.token_ids for t in alone if t]
+    assert len({t.token_ids for t in together if t}) == 3
+    # two blocks of two steps each, the second block's encoding sharing the pass of its first step: 4 passes
+    assert passes == 4
+
+
+def test_a_thought_whose_caller_left_stops_between_passes(model: Any, tokenizer: HFTokenizer) -> None:
+    [request] = [never_stopping(request) for request in thought_requests(tokenizer, 320, (5,))]
+    reader = InProcessReader(FusedRunner(model))
+    written = EngineThinker(reader).think([request], lambda _: reader.counters()["passes"] >= 3)
+    assert written == [None]
+    assert reader.counters()["passes"] == 3, "ten blocks of two steps, stopped after the third pass"
+    reader.cache.make_room(reader.store.pages)
+    assert reader.store.free_pages == reader.store.pages, "the thought's prompt and reserved blocks are let go"
+
+
+def test_a_long_thought_does_not_hold_a_read_of_another_request(model: Any, tokenizer: HFTokenizer) -> None:
+    """While one caller's thought runs its twenty passes, another's read is answered in the pass after it
+    arrives: the loop interleaves them, and the thought is still being written when the read returns."""
+    [request] = [never_stopping(request) for request in thought_requests(tokenizer, 320, (6,))]
+    reader = InProcessReader(FusedRunner(model))
+    thinker = EngineThinker(reader)
+    entered, release = threading.Event(), threading.Event()
+    run = reader.runner.run
+
+    def gated(rows: Any, store: Any) -> Any:
+        if reader.counters()["passes"] == 1:  # the thought's second pass waits until the read has arrived
+            entered.set()
+            assert release.wait(60)
+        return run(rows, store)
+
+    reader.runner.run = gated  # type: ignore[method-assign]
+    submitted = threading.Event()
+    submit = reader.loop.submit
+
+    def recorded(work: Any) -> None:
+        submit(work)
+        submitted.set()
+
+    reader.loop.submit = recorded  # type: ignore[method-assign]
+    thought: list[Any] = []
+    thinking = threading.Thread(target=lambda: thought.extend(thinker.think([request])))
+    thinking.start()
+    assert entered.wait(60)
+    vocab = int(model.config.text_config.vocab_size)
+    canvas = tuple(range(100, 116))
+    read = CanvasRead(request.prompt_ids[:20], 0, canvas, (Slot(3, (5, 6)),))
+    answered: list[Any] = []
+    reading = threading.Thread(target=lambda: answered.extend(reader.read([read])))
+    submitted.clear()
+    reading.start()
+    assert submitted.wait(60)
+    release.set()
+    reading.join(60)
+    passes_at_answer = reader.counters()["passes"]
+    assert answered and len(answered[0]) == 1 and vocab > 0
+    assert passes_at_answer <= 3, "the read is answered in the pass after it arrived"
+    assert not thought, "the thought is still being written"
+    thinking.join(120)
+    assert thought and thought[0] is not None and len(thought[0].token_ids) == 320
+    assert reader.counters()["passes"] >= 20

@@ -63,7 +63,8 @@ class Backlog:
         if len(self.recent) < RATE_MIN_BATCHES:
             return None
         seconds = sum(s for _, _, s in self.recent)
-        return sum(c for c, _, _ in self.recent) / seconds if seconds > 0 else None
+        cost = sum(c for c, _, _ in self.recent)
+        return cost / seconds if seconds > 0 and cost > 0 else None
 
     def wait_s(self, preparing: int) -> float | None:
         """Seconds the work in flight takes at the measured rate, `preparing` requests counted at the mean cost

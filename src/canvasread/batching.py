@@ -228,8 +228,8 @@ class BatchQueue(Generic[JobT, ResultT]):
             )
 
     def _units(self, job: JobT) -> float:
-        """The job's cost units for the backlog: its tokens where the backend prices jobs, else one."""
-        return float(self._cost(job).tokens) if self._cost is not None else 1.0
+        """The job's cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""
+        return float(max(1, self._cost(job).tokens)) if self._cost is not None else 1.0
 
     def _release(self, item: _Pending[JobT, ResultT] | None) -> None:
         if item is not None:

@@ -15,6 +15,7 @@ Usage: PYTHONPATH=src python3 bench/gpu_engine_checks.py MODEL_FOLDER OUT.json
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -37,6 +38,8 @@ from canvasread.canvas.thinker import ThoughtChannel, ThoughtRequest
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.tools.bench import planned_reads, steps_body
 
+# The GPU; a CPU only to try the script out on a shrunk config (CANVASREAD_CHECK_DEVICE=cpu).
+DEVICE = os.environ.get("CANVASREAD_CHECK_DEVICE", "cuda")
 # Small buckets: the reads here are a few standard requests, and capturing fewer buckets saves device time.
 CHECK_BUCKETS = Buckets((16, 32, 64, 128, 256, 512, 1024, 2048))
 
@@ -85,9 +88,10 @@ def thought_requests(tokenizer: HFTokenizer, count: int, tokens: int) -> list[Th
 def thoughts_fp32(folder: str) -> dict[str, Any]:
     config = DiffusionGemmaConfig.from_pretrained(folder)
     text = config.text_config
-    text.num_hidden_layers = 4
-    text.layer_types = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
-    with torch.device("cuda"):
+    if text.num_hidden_layers > 4:
+        text.num_hidden_layers = 4
+        text.layer_types = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    with torch.device(DEVICE):
         model = DiffusionGemmaForBlockDiffusion(config).float().eval()
     initialise_weights(model, std=0.02)
     model.generation_config.max_denoising_steps = 8  # a few passes a block: the check, not the speed
@@ -128,7 +132,8 @@ def think_alone(loaded: Any, tokenizer: HFTokenizer) -> dict[str, Any]:
 
 def main() -> None:
     folder, out = sys.argv[1], Path(sys.argv[2])
-    report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
+    report: dict[str, Any] = {"gpu": gpu, "torch": torch.__version__}
 
     def save() -> None:
         out.write_text(json.dumps(report, indent=2))
@@ -136,7 +141,7 @@ def main() -> None:
     report["thoughts_fp32_4_layers"] = thoughts_fp32(folder)
     print("thoughts fp32:", report["thoughts_fp32_4_layers"], flush=True)
     save()
-    loaded = load_checkpoint(folder, random_init_std=0.02, experts="grouped_mm")
+    loaded = load_checkpoint(folder, device=DEVICE, random_init_std=0.02, experts="grouped_mm")
     tokenizer = HFTokenizer(loaded.tokenizer)
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
     first = planned_reads(planner, [steps_body(n) for n in range(8)], tokenizer.vocab_size)

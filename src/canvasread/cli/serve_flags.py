@@ -110,6 +110,15 @@ BatchesInFlight = Annotated[
         help="In-process engine: batches read at once, their reads, re-reads and thoughts sharing its passes.",
     ),
 ]
+EngineProcess = Annotated[
+    bool | None,
+    typer.Option(
+        "--engine-process/--no-engine-process",
+        rich_help_panel=MODELS,
+        show_default="on a GPU",
+        help="In-process engine: run its loop in a process of its own, so no server thread holds up its passes.",
+    ),
+]
 Calibrations = Annotated[
     list[Path] | None,
     typer.Option(
@@ -278,6 +287,7 @@ class ModelFlags:
     kv_cache_gib: KvCacheGib = None
     pass_tokens: PassTokens = EngineSettings.pass_tokens
     batches_in_flight: BatchesInFlight = EngineSettings.batches_in_flight
+    engine_process: EngineProcess = EngineSettings.process
     layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
 
@@ -308,6 +318,7 @@ class ModelFlags:
             cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * (1 << 30)),
             pass_tokens=self.pass_tokens,
             batches_in_flight=self.batches_in_flight,
+            process=self.engine_process,
         )
 
     def reading(self) -> ReadSettings:

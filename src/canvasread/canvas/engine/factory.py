@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from canvasread.backends.base import AnyBackend
 from canvasread.backends.replicas import ReplicaSet
@@ -20,6 +21,7 @@ from canvasread.types import MAX_STEPS, Capabilities, ModelCard
 
 if TYPE_CHECKING:
     from canvasread.canvas.engine.loader import LoadedModel
+    from canvasread.canvas.engine.reader import InProcessReader
 
 # What sizes the engine's KV store, named in the 413 of a request whose prompts it cannot hold.
 CAPACITY_LIMIT = (
@@ -60,10 +62,13 @@ def canvas_backend_for_checkpoint(
 
 
 def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasRuntime:
-    """Load the checkpoint and build its runtime: the fused engine, or plain forwards for the naive baseline."""
-    from canvasread.canvas.engine.loader import load_checkpoint
-    from canvasread.canvas.tokenizer import HFTokenizer
+    """Load the checkpoint and build its runtime: the fused engine (in a process of its own where
+    `EngineSettings.process` says so), or plain forwards for the naive baseline."""
+    from canvasread.canvas.engine.loader import load_checkpoint, resolve_device
 
+    apart = settings.process if settings.process is not None else resolve_device(settings.device).type == "cuda"
+    if apart and not naive:
+        return _engine_process(spec, settings)
     loaded = load_checkpoint(
         spec,
         device=settings.device,
@@ -71,21 +76,8 @@ def load_runtime(spec: str, settings: EngineSettings, *, naive: bool) -> CanvasR
         experts=settings.experts,
         random_init_std=settings.random_init_std,
     )
-    config = loaded.model.config
-    tokenizer = HFTokenizer(loaded.tokenizer)
-    engine = _naive(loaded, tokenizer.pad_id) if naive else _fused(loaded, settings)
-    return CanvasRuntime(
-        reader=engine.reader,
-        tokenizer=tokenizer,
-        canvas_length=int(config.canvas_length),
-        max_positions=int(config.text_config.max_position_embeddings),
-        # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
-        fingerprint=loaded.fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
-        images=engine.images,
-        thinker=engine.thinker,
-        capacity=engine.capacity,
-        batches=engine.batches,
-    )
+    engine = _naive(loaded) if naive else _fused(loaded, settings)
+    return _runtime(loaded.model.config, loaded.tokenizer, loaded.fingerprint, engine, settings, naive=naive)
 
 
 class _Engine(NamedTuple):
@@ -96,43 +88,99 @@ class _Engine(NamedTuple):
     images: ImageTokens | None = None
     capacity: StoreCapacity | None = None
     batches: int = 1
+    health: Callable[[], str | None] | None = None
+    close: Callable[[], None] | None = None
 
 
-def _naive(loaded: LoadedModel, pad_id: int) -> _Engine:
+def _runtime(
+    config: Any, tokenizer: Any, fingerprint: str, engine: _Engine, settings: EngineSettings, *, naive: bool
+) -> CanvasRuntime:
+    from canvasread.canvas.tokenizer import HFTokenizer
+
+    return CanvasRuntime(
+        reader=engine.reader,
+        tokenizer=HFTokenizer(tokenizer),
+        canvas_length=int(config.canvas_length),
+        max_positions=int(config.text_config.max_position_embeddings),
+        # FP8 experts read different numbers: a calibration fit on bf16 reads does not carry over.
+        fingerprint=fingerprint + ("-fp8-experts" if settings.fp8_experts and not naive else ""),
+        images=engine.images,
+        thinker=engine.thinker,
+        health=engine.health,
+        close=engine.close,
+        capacity=engine.capacity,
+        batches=engine.batches,
+    )
+
+
+def _naive(loaded: LoadedModel) -> _Engine:
     """Plain transformers forwards and `generate`, one request at a time (the benchmark baseline)."""
     from canvasread.canvas.engine.naive import NaiveReader
     from canvasread.canvas.engine.thinker import GenerateThinker
 
-    thinker = GenerateThinker(loaded.model, pad_id=pad_id, image_processor=loaded.image_processor)
+    pad = loaded.tokenizer.pad_token_id
+    thinker = GenerateThinker(loaded.model, pad_id=pad, image_processor=loaded.image_processor)
     return _Engine(NaiveReader(loaded.model), thinker)
 
 
-def _fused(loaded: LoadedModel, settings: EngineSettings) -> _Engine:
-    """The fused engine, warmed before it answers: its reads and thoughts share one loop's passes, fed by
-    `batches_in_flight` batches at once."""
-    from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
+def fused_reader(loaded: LoadedModel, settings: EngineSettings) -> InProcessReader:
+    """The fused engine over a loaded model, warmed (every bucket compiled and captured) before it answers."""
+    from canvasread.canvas.engine.reader import InProcessReader
     from canvasread.canvas.engine.runner import FusedRunner
 
-    model = loaded.model
-    on_cuda = next(model.parameters()).device.type == "cuda"
+    on_cuda = next(loaded.model.parameters()).device.type == "cuda"
     runner = FusedRunner(
-        model,
+        loaded.model,
         cuda_graphs=settings.cuda_graphs,
         image_processor=loaded.image_processor,
         compile="inductor" if settings.compile and on_cuda else None,
         fp8_experts=settings.fp8_experts,
         buckets=settings.buckets,
     )
-    runner.warm_up()  # every bucket compiled and captured before /ready; the store sized after it
-    reader = InProcessReader(
+    runner.warm_up()  # before /ready; the store is sized after it
+    return InProcessReader(
         runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows, pass_tokens=settings.pass_tokens
     )
-    images = None
-    if loaded.image_processor is not None:
-        ids = (int(model.config.boi_token_id), int(model.config.image_token_id), int(model.config.eoi_token_id))
-        images = ImageTokens(*ids, runner.image_token_count)
+
+
+def _fused(loaded: LoadedModel, settings: EngineSettings) -> _Engine:
+    """The fused engine in this process: its reads and thoughts share one loop's passes, fed by
+    `batches_in_flight` batches at once."""
+    from canvasread.canvas.engine.reader import EngineThinker
+
+    reader = fused_reader(loaded, settings)
     capacity = StoreCapacity(reader.store.pages, reader.store.page, CAPACITY_LIMIT)
+    images = _image_tokens(loaded.model.config, loaded.image_processor)
     return _Engine(reader, EngineThinker(reader), images, capacity, settings.batches_in_flight)
+
+
+def _engine_process(spec: str, settings: EngineSettings) -> CanvasRuntime:
+    """The fused engine in a process of its own (`worker.py`); this process keeps the tokenizer, the config and
+    the image processor, to plan and refuse requests."""
+    from canvasread.canvas.engine.client import EngineClient
+    from canvasread.canvas.engine.loader import load_companions
+
+    client = EngineClient.start(spec, settings)
+    try:
+        companions = load_companions(spec)
+    except BaseException:
+        client.close()
+        raise
+    ready = client.ready
+    capacity = StoreCapacity(ready.pages, ready.page, CAPACITY_LIMIT)
+    images = _image_tokens(companions.config, companions.image_processor)
+    engine = _Engine(client, client, images, capacity, settings.batches_in_flight, client.health_problem, client.close)
+    return _runtime(companions.config, companions.tokenizer, ready.fingerprint, engine, settings, naive=False)
+
+
+def _image_tokens(config: Any, processor: Any) -> ImageTokens | None:
+    """How the checkpoint writes an image into a prompt (None: it has no image processor)."""
+    from canvasread.canvas.engine.loader import soft_token_count
+
+    if processor is None:
+        return None
+    ids = (int(config.boi_token_id), int(config.image_token_id), int(config.eoi_token_id))
+    return ImageTokens(*ids, functools.partial(soft_token_count, processor))
 
 
 def checkpoint_backends(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import torch
 
 from canvasread.canvas.engine.weights import build_random
 from canvasread.errors import MissingExtra
+from canvasread.types import ImageAsset
 
 DTYPES = {
     "float32": torch.float32,
@@ -131,12 +134,44 @@ def _load(
         model.set_experts_implementation(experts)
     model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    image_processor = _image_processor(name_or_path)
+    processor = image_processor(name_or_path)
     stamp = fingerprint(name_or_path, model) + ("" if random_init_std is None else f"-random{random_init_std:g}")
-    return LoadedModel(model, tokenizer, stamp, image_processor)
+    return LoadedModel(model, tokenizer, stamp, processor)
 
 
-def _image_processor(name_or_path: str) -> Any:
+@dataclass(frozen=True)
+class Companions:
+    """What the server needs of a checkpoint whose model runs in another process: its config, tokenizer and
+    image processor (None for a text-only checkpoint)."""
+
+    config: Any
+    tokenizer: Any
+    image_processor: Any = None
+
+
+def load_companions(name_or_path: str) -> Companions:
+    from transformers import AutoTokenizer, DiffusionGemmaConfig
+
+    config = DiffusionGemmaConfig.from_pretrained(name_or_path)
+    return Companions(config, AutoTokenizer.from_pretrained(name_or_path), image_processor(name_or_path))
+
+
+def process_images(processor: Any, images: Sequence[bytes]) -> Any:
+    """The checkpoint's image processor over encoded images (PNG or JPEG bytes), as tensors."""
+    if processor is None:
+        raise ValueError("this checkpoint has no image processor")
+    from PIL import Image
+
+    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    return processor(images=pictures, return_tensors="pt")
+
+
+def soft_token_count(processor: Any, image: ImageAsset) -> int:
+    """How many soft tokens the vision tower writes for this image (its size decides)."""
+    return int(process_images(processor, [image.data])["num_soft_tokens_per_image"][0])
+
+
+def image_processor(name_or_path: str) -> Any:
     """The checkpoint's image processor (Pillow backend, no torchvision), or None for a text-only checkpoint."""
     from transformers import AutoImageProcessor
 

@@ -9,7 +9,6 @@ logged, and the piece runs eagerly instead of stalling the request.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -22,9 +21,9 @@ from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layers import Buffers, LayerStack
 from canvasread.canvas.engine.layout import lay_out
+from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
 from canvasread.canvas.engine.settings import Buckets
-from canvasread.types import ImageAsset
 
 logger = logging.getLogger(__name__)
 
@@ -157,14 +156,10 @@ class FusedRunner:
                 self.graphs.capture(self.stack, self.buffers.view(bucket), bucket)
         self.ready = True
 
-    def image_token_count(self, image: ImageAsset) -> int:
-        """How many soft tokens the vision tower writes for this image (its size decides)."""
-        return int(self._process([image.data])["num_soft_tokens_per_image"][0])
-
     @torch.inference_mode()
     def image_features(self, images: Sequence[bytes]) -> list[torch.Tensor]:
         """The vision tower's output for each image, one [soft tokens, hidden] tensor each."""
-        processed = self._process(images)
+        processed = process_images(self.image_processor, images)
         device = self.stack.device
         encoder = self.model.model.encoder
         dtype = self.stack.embed.weight.dtype
@@ -173,11 +168,3 @@ class FusedRunner:
         )
         counts = [int(n) for n in processed["num_soft_tokens_per_image"]]
         return list(torch.split(output.pooler_output, counts))
-
-    def _process(self, images: Sequence[bytes]) -> Any:
-        if self.image_processor is None:
-            raise ValueError("this checkpoint has no image processor")
-        from PIL import Image
-
-        pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
-        return self.image_processor(images=pictures, return_tensors="pt")

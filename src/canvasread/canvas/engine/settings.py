@@ -83,6 +83,9 @@ class EngineSettings:
     # smaller pass answers a lone request's steps sooner under load, a larger one reads more per weight load.
     pass_tokens: int | None = None
     batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
+    # The engine's loop in a process of its own (`worker.py`: no thread of the server's can hold up its passes);
+    # None: on a GPU, where a pass is thousands of short ops, not on a CPU, where starting one costs seconds.
+    process: bool | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 1:

@@ -10,7 +10,6 @@ passes (`reader.EngineThinker`, `generation.py`); this is what it is held to.
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from canvasread.backends.base import Gone, never_gone
+from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
 
 # torch's default generators are process-wide: a seeded generation forks them under this lock, so two replicas
@@ -62,12 +62,7 @@ class GenerateThinker:
         """What `generate` takes for the prompt's images: the processor's pixels and which tokens are soft."""
         if not request.images:
             return {}
-        if self.image_processor is None:
-            raise ValueError("this checkpoint has no image processor, so it cannot think about images")
-        from PIL import Image
-
-        pictures = [Image.open(io.BytesIO(image.data)).convert("RGB") for image in request.images]
-        processed = self.image_processor(images=pictures, return_tensors="pt")
+        processed = process_images(self.image_processor, [image.data for image in request.images])
         soft = torch.zeros_like(prompt)
         for image in request.images:
             soft[0, image.start : image.start + image.tokens] = 1

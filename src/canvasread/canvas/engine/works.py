@@ -11,7 +11,7 @@ dropped between passes, and gets the empty result of its kind.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from canvasread.backends.base import Gone
@@ -58,6 +58,8 @@ class Work(Generic[ResultT]):
         self.tasks: list[Task[ResultT]] = []
         self._done = threading.Event()
         self._error: BaseException | None = None
+        # Called (on the engine's thread) once the work is complete or failed, for a caller that does not wait.
+        self.on_done: Callable[[Work[ResultT]], None] | None = None
 
     def admit(self, table: PromptTable, kit: Kit) -> None:
         """Create the tasks of the items whose caller still waits (their prompts placed); on `StoreFull`, or any
@@ -85,13 +87,19 @@ class Work(Generic[ResultT]):
 
     def complete(self) -> None:
         self._done.set()
+        if self.on_done is not None:
+            self.on_done(self)
 
     def fail(self, error: BaseException, table: PromptTable) -> None:
         for task in self.tasks:
             task.release(table)
         self.tasks = []
         self._error = error
-        self._done.set()
+        self.complete()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
 
     def wait(self) -> list[ResultT | None]:
         """The results, once the engine has completed the work (raises what failed it)."""

@@ -28,6 +28,7 @@ import json
 import platform
 import re
 import sys
+import time
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -81,13 +82,20 @@ def main() -> None:
 def sweep(args: argparse.Namespace, levels: list[int], extra: dict[str, Any], command: str) -> dict[str, Any]:
     """The workload's sweep (and the baseline's), summarised as `canvasread bench` does."""
     done: dict[str, list[Level]] = {args.model: [], args.baseline or "": []}
+    engine: list[dict[str, Any]] = []  # per level of the model: what the engine did meanwhile (warm-up included)
+    last = [engine_work(args.url), time.monotonic()]
 
     def show(name: str) -> Callable[[Level], None]:
         def report(level: Level) -> None:
             done[name].append(level)
+            now, work = time.monotonic(), engine_work(args.url)
+            share = engine_share(last[0], work, now - last[1])
+            last[:] = [work, now]
+            if name == args.model:
+                engine.append({"concurrency": level.concurrency, **share})
             print(name, args.workload, level.concurrency, "clients:", round(level.decisions_per_s, 1), "decisions/s",
                   "p50", level.p50_ms and round(level.p50_ms, 1), "p95", level.p95_ms and round(level.p95_ms, 1),
-                  "shed", level.shed, "errors", level.errors, flush=True)  # fmt: skip
+                  "shed", level.shed, "errors", level.errors, "engine", share, flush=True)  # fmt: skip
 
         return report
 
@@ -114,6 +122,7 @@ def sweep(args: argparse.Namespace, levels: list[int], extra: dict[str, Any], co
             **extra,
             "first_minute_worst_ms": first_minute_worst(measured) if args.fresh else None,
             "interrupted": interrupted,
+            "engine_per_level": engine,
             **engine_events(args.url),
         },
     )
@@ -164,6 +173,40 @@ def first_minute_worst(levels: list[Level]) -> float | None:
             worst = max(worst or 0.0, level.max_ms)
         began += level.elapsed_s
     return worst
+
+
+ENGINE_WORK = ("passes", "pass_tokens", "pass_rows", "pass_seconds", "reads", "thoughts")
+
+
+def engine_work(url: str) -> dict[str, float]:
+    """The engine's work counters (passes, their tokens, rows and busy seconds), summed over models; empty when the
+    server does not answer `/metrics`."""
+    try:
+        text = httpx.get(url + "/metrics", headers={"Authorization": "Bearer local"}, timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    work = dict.fromkeys(ENGINE_WORK, 0.0)
+    for line in text.splitlines():
+        found = re.match(r"canvasread_engine_([a-z_]+)_total\{.*\} ([0-9.e+-]+)$", line)
+        if found and found[1] in work:
+            work[found[1]] += float(found[2])
+    return work
+
+
+def engine_share(before: dict[str, float], after: dict[str, float], elapsed_s: float) -> dict[str, float | None]:
+    """What the engine did during one level: passes a second, tokens and rows a pass, and the share of the level's
+    time it spent in passes (near 1: the engine is the bottleneck; well under it: something before it is)."""
+    if not before or not after:
+        return {}
+    delta = {key: after[key] - before[key] for key in ENGINE_WORK}
+    passes = delta["passes"] or None
+    return {
+        "engine_passes_per_s": round(delta["passes"] / elapsed_s, 2) if elapsed_s else None,
+        "engine_tokens_per_pass": round(delta["pass_tokens"] / passes, 1) if passes else None,
+        "engine_rows_per_pass": round(delta["pass_rows"] / passes, 1) if passes else None,
+        "engine_busy_share": round(delta["pass_seconds"] / elapsed_s, 3) if elapsed_s else None,
+        "engine_ms_per_pass": round(1000 * delta["pass_seconds"] / passes, 1) if passes else None,
+    }
 
 
 def engine_events(url: str) -> dict[str, float | None]:

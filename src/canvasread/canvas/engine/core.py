@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class PassCounters:
     pass_tokens: int = 0
     pass_rows: int = 0
     denoising_steps: int = 0
+    pass_seconds: float = 0.0  # the runner's wall time, results on the host included: busy time, over elapsed
 
 
 class EngineCore:
@@ -118,7 +120,9 @@ class EngineCore:
         if not units:
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
         rows = [unit.row for unit in units]
+        started = time.monotonic()
         outputs = self.runner.run(rows, self.table.store)
+        self.stats.pass_seconds += time.monotonic() - started
         self.stats.passes += 1
         self.stats.pass_rows += len(rows)
         self.stats.pass_tokens += sum(len(row.ids) for row in rows)

@@ -125,8 +125,15 @@ class DecisionRun:
         self._warnings = dict.fromkeys(request.warnings)  # an ordered set: each stage may repeat the model's
 
     async def stages(self) -> AsyncIterator[StageAnswers]:
-        while (stage := await asyncio.to_thread(self._plan.next_stage)) is not None:  # writing answers in: off the loop
+        while (stage := await self._next_stage()) is not None:
             yield self._record(stage, await self._answered(stage.request) if stage.request.questions else None)
+
+    async def _next_stage(self) -> Stage | None:
+        """Writing earlier answers into later questions is work: off the loop. A request of one stage has none, and
+        a thread hop costs it more than the step (each hop waits for the interpreter lock behind the loop's work)."""
+        if self._plan.staged:
+            return await asyncio.to_thread(self._plan.next_stage)
+        return self._plan.next_stage()
 
     def stages_now(self) -> Iterator[StageAnswers]:
         while (stage := self._plan.next_stage()) is not None:

@@ -32,6 +32,11 @@ from canvasread.wire import parse_request
 HIDDEN_REASONS = "the models are not ready; send an API key to see which and why"
 
 
+# Plain JSON bodies up to this size are parsed on the event loop (well under a millisecond of pydantic); larger,
+# compressed and multipart ones on a parse thread.
+INLINE_PARSE_BYTES = 16 << 10
+
+
 class Handlers:
     """The answers of every route, around one `Decider` and the server's settings."""
 
@@ -47,15 +52,23 @@ class Handlers:
 
         Decoding and parsing run in a thread, `parse_workers` at a time, so a
         body that takes seconds to parse never stalls the event loop (and
-        `/health` with it).
+        `/health` with it); a small plain JSON body is parsed on the loop, since
+        the hop to a thread and back costs it more than parsing does.
         """
         config = self.config
         check_headers(request.headers, config.max_body_bytes)
         if is_multipart(request.headers):
             check_form_origin(request.headers, config.cors_origins)
         raw = await read_limited(request.stream(), config.max_body_bytes, config.body_timeout_s)
-        async with self._parsing:
-            model, decision_request = await asyncio.to_thread(self._parse, raw, request.headers)
+        if (
+            len(raw) <= INLINE_PARSE_BYTES
+            and not request.headers.get("content-encoding")
+            and not is_multipart(request.headers)
+        ):
+            model, decision_request = self._parse(raw, request.headers)
+        else:
+            async with self._parsing:
+                model, decision_request = await asyncio.to_thread(self._parse, raw, request.headers)
         seen = exchange(request)
         seen.model, seen.request = model, decision_request
         check_request(decision_request, config)

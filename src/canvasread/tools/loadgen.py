@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -141,6 +141,22 @@ class LoadReport:
             "answers_per_s": round(self.rate(200), 2),
             "latency_200_s": {k: round(v, 4) for k, v in self.latency_quantiles(200).items()},
         }
+
+
+def merged(reports: Sequence[LoadReport]) -> LoadReport:
+    """Several drivers' reports as one run's (driven at once, from several processes: the slowest's time)."""
+    total = LoadReport()
+    for report in reports:
+        total.sent += report.sent
+        total.statuses.update(report.statuses)
+        total.transport_errors.update(report.transport_errors)
+        total.mismatched += report.mismatched
+        total.answered_ok += report.answered_ok
+        total.shed_without_retry_hint += report.shed_without_retry_hint
+        for status, latencies in report.latencies_s.items():
+            total.latencies_s.setdefault(status, []).extend(latencies)
+        total.elapsed_s = max(total.elapsed_s, report.elapsed_s)
+    return total
 
 
 async def drive(

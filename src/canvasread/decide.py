@@ -12,22 +12,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReadsBatchesAtOnce, ReportsCost, ReportsHealth
-from canvasread.batching import BatchQueue, BatchSettings
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReadsBatchesAtOnce, ReportsHealth
+from canvasread.batching import BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.capabilities import check_capabilities
 from canvasread.decision import Decision, StageAnswers
 from canvasread.errors import CalibrationMismatch, CanvasreadError, DeadlineExceeded, ModelNotFound, NotReady
 from canvasread.escalation import Escalation, check_threshold, chosen
-from canvasread.preparing import DEFAULT_PREPARE_WORKERS, PreparePool
+from canvasread.preparing import DEFAULT_PREPARE_WORKERS
 from canvasread.rotation import plan_rotations
+from canvasread.served import ServedModel
 from canvasread.stages.run import DEFAULT_MAX_CONTEXT_BYTES, Stage, StageRun
 from canvasread.types import DecisionRequest, DecisionResult, Distribution, JSONValue, ModelCard, Question, Usage
 from canvasread.wire import parse_request
@@ -78,23 +78,6 @@ class DeciderSettings:
             raise ValueError("an alias needs a name and a model: --alias NAME=MODEL")
         if len(set(names)) != len(names):
             raise ValueError(f"an alias is given twice: {sorted({n for n in names if names.count(n) > 1})}")
-
-
-@dataclass
-class ServedModel:
-    """A backend with its load state, its prepare pool and its batch queue."""
-
-    backend: AnyBackend
-    queue: BatchQueue[Any, DecisionResult]
-    preparing: PreparePool
-    loaded: threading.Event = field(default_factory=threading.Event)
-    load_error: str | None = None
-    load_seconds: float | None = None
-    calibration: Calibration | None = None
-
-    @property
-    def card(self) -> ModelCard:
-        return self.backend.card
 
 
 class DecisionRun:
@@ -177,7 +160,7 @@ class DecisionRun:
             left = None if limit is None else self._started + limit - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError
-            result = await asyncio.wait_for(served.queue.submit(prepare), left)
+            result = await asyncio.wait_for(served.queue_for(request).submit(prepare), left)
         except TimeoutError:
             raise DeadlineExceeded(f"no answer within {limit:g}s (--timeout); the request was dropped") from None
         return _calibrated(served.calibration, request, rotations.fold(result))
@@ -231,9 +214,7 @@ class Decider:
             name = backend.card.name
             if name in self._models or name in DEFAULT_ALIASES:
                 raise ValueError(f"two served models are both called {name!r}")
-            cost = backend.cost if isinstance(backend, ReportsCost) else None
-            queue: BatchQueue[Any, DecisionResult] = BatchQueue(backend.decide, settings.batch, name=name, cost=cost)
-            self._models[name] = ServedModel(backend, queue, PreparePool(settings.prepare_workers, name))
+            self._models[name] = ServedModel.of(backend, settings.batch, settings.prepare_workers)
         self.default_name = backends[0].card.name
         self._aliases = self._alias_map(settings.aliases)
         if settings.escalate_to is not None:
@@ -322,7 +303,8 @@ class Decider:
                 served.backend.load()
                 self._check_calibration(served, served.calibration)
                 if isinstance(served.backend, ReadsBatchesAtOnce):
-                    served.queue.allow(served.backend.batches_at_once)
+                    for queue in served.queues:
+                        queue.allow(served.backend.batches_at_once)
             except Exception as error:
                 served.load_error = f"{type(error).__name__}: {error}"
                 logger.exception("loading %s failed", served.card.name)
@@ -352,12 +334,13 @@ class Decider:
     def start(self) -> None:
         """Start the batch loops; call from inside the running event loop."""
         for served in self._models.values():
-            served.queue.start()
+            for queue in served.queues:
+                queue.start()
 
     async def stop(self, drain_s: float = 0.0) -> None:
         """Stop the batch loops, first letting requests in flight finish for up to `drain_s` seconds."""
         for served in self._models.values():
-            await served.queue.stop(drain_s)
+            await asyncio.gather(*(queue.stop(drain_s) for queue in served.queues))
             served.preparing.close()
 
     # ---- deciding -----------------------------------------------------------------------

@@ -76,10 +76,10 @@ class ImageAsset:
 
 # A read takes at most this many denoising steps (the published replays of canvas reads use 2 to 6).
 MAX_STEPS = 8
-# The longest thought (`think`) a request may ask for. A thought holds the batch worker while it is written (in
-# process one denoising loop per canvas of tokens: 4 canvases of 256 on the full model, about 200 decoder
-# passes) and lengthens every read's prompt by as many tokens; 1,024 tokens is room for a paragraph of
-# reasoning while both stay bounded.
+# The longest thought (`think`) a request may ask for. A thought is written in the engine's passes, one
+# denoising loop per canvas of tokens (4 canvases of 256 on the full model, about 200 passes), and lengthens
+# every read's prompt by as many tokens; 1,024 tokens is room for a paragraph of reasoning while both stay
+# bounded.
 MAX_THINK_TOKENS = 1024
 
 

@@ -216,6 +216,14 @@ def test_batch_histogram_folds_only_batches_it_has_not_seen() -> None:
     folded.fold(2, [1, 3])
     folded.fold(2, [1, 3])  # a scrape with no new batches adds nothing
     folded.fold(5, [3, 40])  # three new batches, but the queue kept only two
-    buckets = dict(folded.buckets())
+    buckets = dict(FoldedHistogram.sum_buckets([folded]))
     assert [buckets[le] for le in ("1.0", "2.0", "4.0", "32.0", "64.0", "+Inf")] == [1, 1, 3, 3, 4, 4]
     assert folded.total == 47
+
+
+def test_a_models_lanes_add_up_to_one_histogram() -> None:
+    reads, thoughts = FoldedHistogram(), FoldedHistogram()
+    reads.fold(2, [1, 3])
+    thoughts.fold(1, [40])
+    buckets = dict(FoldedHistogram.sum_buckets([reads, thoughts]))
+    assert [buckets[le] for le in ("1.0", "4.0", "32.0", "64.0", "+Inf")] == [1, 2, 2, 3, 3]

@@ -33,7 +33,8 @@ from prometheus_client.utils import floatToGoString
 
 from canvasread import __version__
 from canvasread.backends.base import ReportsCounters
-from canvasread.decide import Decider, ServedModel
+from canvasread.decide import Decider
+from canvasread.served import ServedModel
 from canvasread.server.observe import RequestRecord, method_label
 
 logger = logging.getLogger(__name__)
@@ -153,9 +154,12 @@ class FoldedHistogram:
             self.total += size
         self.seen = batches
 
-    def buckets(self) -> list[tuple[str, float]]:
+    @staticmethod
+    def sum_buckets(histograms: list[FoldedHistogram]) -> list[tuple[str, float]]:
+        """The cumulative buckets of several histograms taken as one (a model's lanes)."""
+        counts = [sum(column) for column in zip(*(h.counts for h in histograms), strict=True)]
         cumulative, running = [], 0
-        for bound, count in zip([*map(floatToGoString, COUNT_BUCKETS), "+Inf"], self.counts, strict=True):
+        for bound, count in zip([*map(floatToGoString, COUNT_BUCKETS), "+Inf"], counts, strict=True):
             running += count
             cumulative.append((bound, float(running)))
         return cumulative
@@ -221,18 +225,19 @@ class DeciderCollector(Collector):
             "canvasread_backend_busy_seconds", "Time the backend spent on batches.", labels=labels
         )
         sizes = HistogramMetricFamily("canvasread_batch_size", "Requests per batch.", labels=labels)
-        for model in served:
-            name, queue, stats = model.card.name, model.queue, model.queue.stats
-            depth.add_metric([name], queue.pending)
-            limit.add_metric([name], queue.settings.max_pending)
-            batches.add_metric([name], stats.batches)
-            jobs.add_metric([name], stats.jobs)
-            dropped.add_metric([name], stats.dropped)
-            shed.add_metric([name], stats.shed)
-            busy.add_metric([name], stats.busy_s)
-            folded = self.batch_sizes.setdefault(name, FoldedHistogram())
-            folded.fold(stats.batches, stats.batch_sizes)
-            sizes.add_metric([name], folded.buckets(), folded.total)
+        for model in served:  # a model's lanes (reads, thoughts) add up to its series
+            name, queues, stats = model.card.name, model.queues, [queue.stats for queue in model.queues]
+            depth.add_metric([name], sum(queue.pending for queue in queues))
+            limit.add_metric([name], model.queue.settings.max_pending)
+            batches.add_metric([name], sum(s.batches for s in stats))
+            jobs.add_metric([name], sum(s.jobs for s in stats))
+            dropped.add_metric([name], sum(s.dropped for s in stats))
+            shed.add_metric([name], sum(s.shed for s in stats))
+            busy.add_metric([name], sum(s.busy_s for s in stats))
+            folded = [self.batch_sizes.setdefault(queue.name, FoldedHistogram()) for queue in queues]
+            for histogram, lane in zip(folded, stats, strict=True):
+                histogram.fold(lane.batches, lane.batch_sizes)
+            sizes.add_metric([name], FoldedHistogram.sum_buckets(folded), sum(h.total for h in folded))
         return depth, limit, batches, jobs, dropped, shed, busy, sizes
 
     def _backend_counters(self, served: list[ServedModel]) -> Iterable[Metric]:

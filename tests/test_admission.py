@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from canvasread.admission import RATE_MIN_BATCHES, Backlog
+from canvasread.admission import MAX_RETRY_S, RATE_MIN_BATCHES, Backlog
 
 
 def test_no_rate_no_wait_until_enough_batches_were_served() -> None:
@@ -54,3 +54,26 @@ def test_work_that_costs_nothing_gives_no_rate_instead_of_dividing_by_zero() -> 
     for n in range(RATE_MIN_BATCHES):
         backlog.served(0.0, 1, float(n + 1))
     assert backlog.rate() is None and backlog.wait_s(preparing=3) is None
+
+
+def test_shed_requests_are_told_to_come_back_one_mean_job_apart() -> None:
+    """Served 100 units a second in jobs of 50 (half a second each): three requests shed at once, 0.2 s past the
+    budget, come back 0.7, 1.2 and 1.7 s later, not all at once; once those times have passed, the spacing
+    starts again from the backlog."""
+    backlog = Backlog()
+    backlog.busy(0.0)
+    for n in range(RATE_MIN_BATCHES):
+        backlog.served(100.0, 2, float(n + 1))
+    hints = [backlog.retry_after(0.2, now=10.0) for _ in range(3)]
+    assert hints == pytest.approx([0.7, 1.2, 1.7])
+    assert backlog.retry_after(0.2, now=20.0) == pytest.approx(0.7)
+
+
+def test_the_spacing_stops_at_the_longest_retry() -> None:
+    backlog = Backlog()
+    backlog.busy(0.0)
+    for n in range(RATE_MIN_BATCHES):
+        backlog.served(100.0, 1, float(n + 1))
+    hints = [backlog.retry_after(0.0, now=0.0) for _ in range(100)]
+    assert max(hints) == MAX_RETRY_S and hints == sorted(hints)
+    assert Backlog().retry_after(0.3, now=5.0) == pytest.approx(0.3)  # no rate yet: the wait alone

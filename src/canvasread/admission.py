@@ -10,9 +10,17 @@ With batches in flight at once this is the backend's real service rate
 under the current load; at low load it understates what a full engine does,
 but then the backlog is small too. A request that is still being prepared
 counts as the mean cost of recent jobs. The wait is the backlog over the
-rate: a request past the latency budget is shed (529 with the time the
-backlog needs to fall back within it) instead of waiting past its budget
-and taking the engine's time from the requests that can still be answered.
+rate: a request past the latency budget is shed (529) instead of waiting
+past its budget and taking the engine's time from the requests that can
+still be answered.
+
+A shed request is told when to come back (`retry_after`): once the backlog
+is back within the budget, and one mean job after the request shed before
+it. Telling every shed client "in 50 ms" brings them all back at once, to
+be shed again: on the H200 past the knee the server answered 430 529s a
+second, and the one event loop that parses and refuses them was the
+bottleneck while the engine idled. Spaced, they return at about the rate
+they can be served.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from dataclasses import dataclass, field
 # Completions the rate is measured over, and how many must have been seen before it is trusted to shed.
 RATE_WINDOW = 32
 RATE_MIN_BATCHES = 4
+# The latest a shed request is asked to come back.
+MAX_RETRY_S = 30.0
 
 
 @dataclass
@@ -35,6 +45,7 @@ class Backlog:
     recent: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
     _busy_since: float | None = None
     _last_done: float = 0.0
+    _recalled_until: float = 0.0  # the latest time a shed request was told to come back
 
     def busy(self, now: float) -> None:
         """The queue went from idle to holding a request (the span of the next completion starts here)."""
@@ -72,6 +83,17 @@ class Backlog:
         rate = self.rate()
         if rate is None:
             return None
+        return (self.prepared_cost + max(0, preparing) * self._mean_cost()) / rate
+
+    def retry_after(self, over_s: float, now: float) -> float:
+        """Seconds until a request shed now should come back: `over_s` (how far the backlog is past what may
+        wait), then one mean job's service time after the request shed before it (at most MAX_RETRY_S)."""
+        rate = self.rate()
+        spacing = self._mean_cost() / rate if rate else 0.0
+        back = min(max(now + max(0.0, over_s), self._recalled_until) + spacing, now + MAX_RETRY_S)
+        self._recalled_until = back
+        return back - now
+
+    def _mean_cost(self) -> float:
         jobs = sum(n for _, n, _ in self.recent)
-        mean = sum(c for c, _, _ in self.recent) / jobs if jobs else 0.0
-        return (self.prepared_cost + max(0, preparing) * mean) / rate
+        return sum(c for c, _, _ in self.recent) / jobs if jobs else 0.0

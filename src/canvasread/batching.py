@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from canvasread.admission import Backlog
+from canvasread.admission import MAX_RETRY_S, Backlog
 from canvasread.backends.base import MAX_BATCHES_AT_ONCE
 from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
 from canvasread.types import JobCost
@@ -211,12 +211,14 @@ class BatchQueue(Generic[JobT, ResultT]):
     def _admit(self) -> None:
         """Shed a request before it takes a place: the queue is full, or the wait is past the latency budget."""
         wait = self.backlog.wait_s(preparing=self._pending - self.backlog.prepared)
+        now = time.monotonic()
         if self._pending >= self.settings.max_pending:
             self.stats.shed += 1
+            over = wait if wait is not None else UNMEASURED_RETRY_S
             raise Overloaded(
                 f"{self.name} has {self._pending} requests in flight "
                 f"(limit {self.settings.max_pending}, --max-pending)",
-                retry_after_s=_hint(wait if wait is not None else UNMEASURED_RETRY_S),
+                retry_after_s=_hint(self.backlog.retry_after(over, now)),
             )
         budget = self.settings.max_queue_delay_s
         if wait is not None and budget is not None and wait > budget:
@@ -224,7 +226,7 @@ class BatchQueue(Generic[JobT, ResultT]):
             raise Overloaded(
                 f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
                 f"(limit {budget:g} s, --max-queue-delay)",
-                retry_after_s=_hint(wait - budget),
+                retry_after_s=_hint(self.backlog.retry_after(wait - budget, now)),
             )
 
     def _units(self, job: JobT) -> float:
@@ -360,5 +362,5 @@ class BatchQueue(Generic[JobT, ResultT]):
 
 
 def _hint(seconds: float) -> float:
-    """A 529's Retry-After: the wait, kept between 50 ms and 30 s."""
-    return min(30.0, max(0.05, seconds))
+    """A 529's Retry-After: the wait, kept between 50 ms and MAX_RETRY_S."""
+    return min(MAX_RETRY_S, max(0.05, seconds))

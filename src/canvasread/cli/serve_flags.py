@@ -149,7 +149,12 @@ Linger = Annotated[
     ),
 ]
 MaxPending = Annotated[
-    int, typer.Option(metavar="N", rich_help_panel=BATCHING, help="Requests in flight per model before answering 529.")
+    int,
+    typer.Option(
+        metavar="N",
+        rich_help_panel=BATCHING,
+        help="Requests in flight per model before answering 529 (and as many that think, on a model that can).",
+    ),
 ]
 MaxQueueDelay = Annotated[
     float,

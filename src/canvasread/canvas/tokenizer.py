@@ -7,6 +7,8 @@ share it, and tests can reason about the real Gemma vocabulary.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,10 +60,8 @@ class HFTokenizer:
     @classmethod
     def load(cls, name_or_path: str) -> HFTokenizer:
         """The tokenizer of a folder or hub id; one that cannot be found fails at once (see `locate`)."""
-        from transformers import AutoTokenizer
-
         locate(name_or_path)
-        return cls(AutoTokenizer.from_pretrained(name_or_path))
+        return cls(pretrained(name_or_path))
 
     @property
     def vocab_size(self) -> int:
@@ -90,6 +90,42 @@ class HFTokenizer:
             messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
         )
         return str(rendered)
+
+
+# The files a tokenizer folder may hold; a folder's tokenizer is loaded again when one of them changes.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    TOKENIZER_FILE,
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+
+
+def pretrained(name_or_path: str) -> Any:
+    """transformers' tokenizer of a folder or hub id, loaded once a process while its files stay as they are.
+
+    Reading the Gemma tokenizer takes seconds (its 262k-token JSON is parsed twice), and one process asks for
+    it once per model, replica and baseline; they only read it (encode, decode, the chat template).
+    """
+    folder = Path(name_or_path).expanduser()
+    stamp = tuple(
+        (name, state.st_mtime_ns, state.st_size)
+        for name in TOKENIZER_FILES
+        if folder.is_dir() and (state := _stat(folder / name)) is not None
+    )
+    return _pretrained(name_or_path, stamp)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    return path.stat() if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=8)
+def _pretrained(name_or_path: str, stamp: tuple[tuple[str, int, int], ...]) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name_or_path)
 
 
 def locate(name_or_path: str, marker: str = TOKENIZER_FILE, what: str = "tokenizer") -> None:

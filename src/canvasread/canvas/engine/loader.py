@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from canvasread.canvas.engine.weights import build_random
+from canvasread.canvas.tokenizer import pretrained
 from canvasread.errors import MissingExtra
 from canvasread.types import ImageAsset
 
@@ -114,7 +115,7 @@ def _load(
     name_or_path: str, device: str | None, dtype: str | None, experts: str | None, random_init_std: float | None
 ) -> LoadedModel:
     try:
-        from transformers import AutoTokenizer, DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+        from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
     except ImportError as error:
         raise MissingExtra(
             f"DiffusionGemma needs transformers >= 5.24: pip install 'canvasread[diffusion]' ({error})"
@@ -133,7 +134,7 @@ def _load(
     if experts:
         model.set_experts_implementation(experts)
     model = model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer = pretrained(name_or_path)
     processor = image_processor(name_or_path)
     stamp = fingerprint(name_or_path, model) + ("" if random_init_std is None else f"-random{random_init_std:g}")
     return LoadedModel(model, tokenizer, stamp, processor)
@@ -150,10 +151,10 @@ class Companions:
 
 
 def load_companions(name_or_path: str) -> Companions:
-    from transformers import AutoTokenizer, DiffusionGemmaConfig
+    from transformers import DiffusionGemmaConfig
 
     config = DiffusionGemmaConfig.from_pretrained(name_or_path)
-    return Companions(config, AutoTokenizer.from_pretrained(name_or_path), image_processor(name_or_path))
+    return Companions(config, pretrained(name_or_path), image_processor(name_or_path))
 
 
 def process_images(processor: Any, images: Sequence[bytes]) -> Any:

@@ -232,8 +232,10 @@ class Gate:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.batches: list[list[str]] = []
+        self.entered_jobs: list[str] = []  # every job of every batch that has started, released or not
 
     def __call__(self, jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
+        self.entered_jobs.extend(jobs)
         self.entered.set()
         assert self.release.wait(30), "the gate was never released"
         self.batches.append(list(jobs))

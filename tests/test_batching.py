@@ -187,6 +187,30 @@ def test_a_full_queue_sheds_before_preparing() -> None:
     asyncio.run(scenario())
 
 
+def test_a_request_that_would_start_at_once_is_admitted_whatever_the_work_in_flight() -> None:
+    """Two batches at once, one running a job that the measured rate says takes 10 s (past the 1.5 s budget): the
+    next job has a batch free and nothing ahead of it, so it starts beside the first; the one after that would
+    wait for a batch, so it is shed."""
+
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_queue_delay_s=1.5))
+        queue.allow(2)
+        queue.start()
+        queue.backlog.recent.extend([(1.0, 1, 10.0)] * 4)
+        first = asyncio.create_task(queue.submit(ready("a")))
+        await until(gate.entered.is_set)
+        second = asyncio.create_task(queue.submit(ready("b")))
+        await until(lambda: len(gate.entered_jobs) == 2)
+        with pytest.raises(Overloaded, match="--max-queue-delay"):
+            await queue.submit(ready("c"))
+        gate.release.set()
+        assert await asyncio.gather(first, second) == ["A", "B"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_request_that_would_wait_past_the_queue_delay_is_shed_before_preparing() -> None:
     """At the measured rate (here set: one job a second), 2 jobs ahead is a 2 s wait: past 1.5 s, so shed, and told
     to come back once the wait is within the budget (0.5 s) and one mean job later (1 s)."""

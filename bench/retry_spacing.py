@@ -27,8 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
+from soak import wait_ready
 
 from canvasread.admission import Backlog
 from canvasread.backends.base import FunctionBackend, Gone, never_gone
@@ -76,17 +76,8 @@ def sweep(spaced: bool, levels: list[int], duration_s: float) -> list[Level]:
     server = multiprocessing.get_context("spawn").Process(target=serve, args=(spaced,), daemon=True)
     server.start()
     url = f"http://127.0.0.1:{PORT}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or not server.is_alive():
-            raise SystemExit("the server did not become ready")
-        time.sleep(0.2)
     try:
+        wait_ready(url, lambda: server.exitcode, timeout=60)
         name = "spaced" if spaced else "unspaced"
         return run_sweep(url, "paced", levels, duration_s=duration_s, on_level=lambda lv: print(name, line(lv)))
     finally:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,12 @@ def heavy_body(questions: int) -> Any:
     return make
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+def wait_ready(base: str, exit_code: Callable[[], int | None], timeout: float = 120.0) -> None:
+    """Poll `base`/ready until it answers 200; `exit_code` is the server process's (None while it runs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode} before it was ready")
+        if (code := exit_code()) is not None:
+            raise RuntimeError(f"the server exited with {code} before it was ready")
         try:
             if httpx.get(base + "/ready", timeout=2, trust_env=False).status_code == 200:
                 return
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty server must never block on it
         server = subprocess.Popen(command, stdout=log, stderr=log)
         try:
-            wait_ready(base, server)
+            wait_ready(base, server.poll)
             report, samples = asyncio.run(soak(base, server.pid, args))
         finally:
             server.send_signal(signal.SIGTERM)

@@ -29,7 +29,7 @@ from canvasread.canvas.vllm.reader import VllmReader
 from canvasread.decide import Decider
 from canvasread.server.run import uvicorn_config
 from canvasread.settings import ServerSettings
-from canvasread.types import DecisionRequest, ModelCard
+from canvasread.types import Capabilities, DecisionRequest, ModelCard
 from canvasread.upstream.pool import UpstreamPool
 
 
@@ -204,8 +204,8 @@ def even(request: DecisionRequest) -> list[list[float]]:
 class GatedBackend(FunctionBackend):
     """Answers at once, except: a state starting with "hold" blocks its batch until `release`, "poison" raises."""
 
-    def __init__(self, name: str = "gated") -> None:
-        super().__init__(self._answer, name=name)
+    def __init__(self, name: str = "gated", capabilities: Capabilities = Capabilities()) -> None:
+        super().__init__(self._answer, name=name, capabilities=capabilities)
         self.seen: list[str] = []
         self.entered = threading.Event()
         self.release = threading.Event()

@@ -109,11 +109,13 @@ def pretrained(name_or_path: str) -> Any:
     it once per model, replica and baseline; they only read it (encode, decode, the chat template).
     """
     folder = Path(name_or_path).expanduser()
-    stamp = tuple(
-        (name, state.st_mtime_ns, state.st_size)
-        for name in TOKENIZER_FILES
-        if folder.is_dir() and (state := _stat(folder / name)) is not None
-    )
+    stamp: tuple[tuple[str, int, int], ...] = ()
+    if folder.is_dir():  # a hub id is stamped by its name alone
+        stamp = tuple(
+            (name, state.st_mtime_ns, state.st_size)
+            for name in TOKENIZER_FILES
+            if (state := _stat(folder / name)) is not None
+        )
     return _pretrained(name_or_path, stamp)
 
 

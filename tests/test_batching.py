@@ -211,6 +211,27 @@ def test_a_request_that_would_start_at_once_is_admitted_whatever_the_work_in_fli
     asyncio.run(scenario())
 
 
+def test_requests_that_arrive_together_while_a_batch_is_free_start_together() -> None:
+    """One batch at a time, and a measured rate that makes each job a 10 s wait (past the 1.5 s budget): three
+    requests sent at once while no batch runs all go in the one batch; a fourth, once it runs, is shed."""
+
+    async def scenario() -> None:
+        gate = Gate()
+        queue: BatchQueue[str, str] = BatchQueue(gate, BatchSettings(max_queue_delay_s=1.5, linger_s=60.0))
+        queue.start()
+        queue.backlog.recent.extend([(1.0, 1, 10.0)] * 4)
+        together = [asyncio.create_task(queue.submit(ready(job))) for job in ("a", "b", "c")]
+        await until(gate.entered.is_set)
+        assert gate.entered_jobs == ["a", "b", "c"]
+        with pytest.raises(Overloaded, match="--max-queue-delay"):
+            await queue.submit(ready("d"))
+        gate.release.set()
+        assert await asyncio.gather(*together) == ["A", "B", "C"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_request_that_would_wait_past_the_queue_delay_is_shed_before_preparing() -> None:
     """At the measured rate (here set: one job a second), 2 jobs ahead is a 2 s wait: past 1.5 s, so shed, and told
     to come back once the wait is within the budget (0.5 s) and one mean job later (1 s)."""
@@ -221,7 +242,7 @@ def test_a_request_that_would_wait_past_the_queue_delay_is_shed_before_preparing
         queue.start()
         queue.backlog.recent.extend([(1.0, 1, 1.0)] * 4)
         accepted = [asyncio.create_task(queue.submit(ready(job))) for job in ("a", "b")]
-        await until(lambda: queue.pending == 2)
+        await until(lambda: queue.pending == 2 and gate.entered.is_set())
         prepared: list[str] = []
 
         async def counted() -> str:

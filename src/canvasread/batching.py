@@ -231,11 +231,13 @@ class BatchQueue(Generic[JobT, ResultT]):
             )
 
     def _starts_now(self) -> bool:
-        """Whether a request admitted now would start at once: the backend has a batch free and every request
-        ahead of it is already running. Then it waits behind nothing (the backend shares its passes with the
-        batches in flight), however long the work in flight takes: a thought of seconds must not make the next
-        thought, which would share its passes, look as if it queued behind it."""
-        return len(self._running) < self.batches_at_once and self._pending == self._running_jobs
+        """Whether a request admitted now would start at once: the backend has a batch free, and the requests
+        ahead of it that are not running yet (queued, or still being prepared) go in that batch with it. Then it
+        waits behind nothing (the backend shares its passes with the batches in flight), however long the work
+        in flight takes: a thought of seconds must not make the next thought, which would share its passes, look
+        as if it queued behind it; nor must clients that arrive together shed each other."""
+        waiting = self._pending - self._running_jobs
+        return len(self._running) < self.batches_at_once and waiting < self.settings.max_batch
 
     def _units(self, job: JobT) -> float:
         """The job's cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""

@@ -1,4 +1,5 @@
-"""`scheduler.pack` on its own: turns across prompts, oldest first, each queue in order, within budget and rows."""
+"""`scheduler.pack` on its own: turns across prompts, oldest first, each queue in order, within budget and rows;
+thoughts (background) in what the reads leave."""
 
 from __future__ import annotations
 
@@ -34,3 +35,19 @@ def test_rows_are_capped() -> None:
 def test_nothing_to_do_and_nothing_that_fits_give_an_empty_pass() -> None:
     assert pack([], budget=10, max_rows=4) == []
     assert pack([queue("a", 11)], budget=10, max_rows=4) == []
+
+
+def test_beside_reads_only_the_oldest_thought_takes_its_step() -> None:
+    reads = [queue("r", 2, 2)]
+    thoughts = [[], queue("t", 3, 3), queue("u", 3)]
+    assert pack(reads, background=thoughts, budget=100, max_rows=100) == ["r0", "r1", "t0", "t1"]
+
+
+def test_without_reads_every_thought_takes_its_turns() -> None:
+    thoughts = [queue("t", 3, 3), queue("u", 3)]
+    assert pack([], background=thoughts, budget=100, max_rows=100) == ["t0", "u0", "t1"]
+
+
+def test_thoughts_get_only_the_budget_and_rows_that_reads_leave() -> None:
+    assert pack([queue("r", 8)], background=[queue("t", 3)], budget=10, max_rows=100) == ["r0"]
+    assert pack([queue("r", 1, 1)], background=[queue("t", 1)], budget=10, max_rows=2) == ["r0", "r1"]

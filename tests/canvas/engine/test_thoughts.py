@@ -140,3 +140,45 @@ def test_a_long_thought_does_not_hold_a_read_of_another_request(model: Any, toke
     thinking.join(120)
     assert thought and thought[0] is not None and len(thought[0].token_ids) == 320
     assert reader.counters()["passes"] >= 20
+
+
+def test_beside_a_read_only_the_oldest_thought_takes_a_step(model: Any, tokenizer: HFTokenizer) -> None:
+    """Two thoughts step together, a canvas row each a pass; the pass that reads another caller's canvas takes
+    only the older thought's step, so every thought in flight does not lengthen the pass a read waits on. Both
+    thoughts still come out as each written alone (each draws from its own seed, whatever the passes)."""
+    requests = [never_stopping(request) for request in thought_requests(tokenizer, 96, (11, 12))]
+    reader = InProcessReader(FusedRunner(model))
+    entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
+    run, submit = reader.runner.run, reader.loop.submit
+    passes: list[tuple[int, bool]] = []  # per pass: thought canvas rows, and whether a read's slots were in it
+
+    def gated(rows: Any, store: Any) -> Any:
+        if len(passes) == 1:  # the thoughts' second pass waits until the read has arrived
+            entered.set()
+            assert release.wait(60)
+        passes.append((sum(row.canvas_hidden for row in rows), any(row.label_ids for row in rows)))
+        return run(rows, store)
+
+    def recorded(work: Any) -> None:
+        submit(work)
+        submitted.set()
+
+    reader.runner.run = gated  # type: ignore[method-assign]
+    reader.loop.submit = recorded  # type: ignore[method-assign]
+    thoughts: list[Any] = []
+    thinking = threading.Thread(target=lambda: thoughts.extend(EngineThinker(reader).think(requests)))
+    thinking.start()
+    assert entered.wait(60)
+    read = CanvasRead(requests[0].prompt_ids[:20], 0, tuple(range(100, 116)), (Slot(3, (5, 6)),))
+    submitted.clear()
+    reading = threading.Thread(target=lambda: reader.read([read]))
+    reading.start()
+    assert submitted.wait(60)
+    release.set()
+    reading.join(60)
+    thinking.join(120)
+    assert passes[0] == (2, False), "alone, both thoughts step in one pass"
+    assert (1, True) in passes, "beside the read, one thought stepped"
+    assert all(steps == 1 for steps, read_in in passes if read_in)
+    alone = [EngineThinker(InProcessReader(FusedRunner(model))).think([request])[0] for request in requests]
+    assert [t.token_ids for t in thoughts] == [t.token_ids for t in alone if t]

@@ -10,7 +10,8 @@ core steps:
    fails with `StoreFull` when nothing does);
 2. drop the tasks whose caller has gone;
 3. pack the next pass (`scheduler.pack`: a token budget shared by every
-   prompt's encoding, reads and thoughts, in turns, oldest first) and run it;
+   prompt's encoding and reads, in turns, oldest first, with thoughts in
+   what is left: beside reads, one thought's step) and run it;
 4. hand each row's output to its task, file finished tasks' results and
    complete the works with none left.
 
@@ -41,7 +42,7 @@ from canvasread.canvas.engine.rows import RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.scheduler import Sized, pack
 from canvasread.canvas.engine.tasks import Kit, Unit
-from canvasread.canvas.engine.works import Work
+from canvasread.canvas.engine.works import ThoughtWork, Work
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ class EngineCore:
             self.admitted[work.kind] += len(work.tasks)
 
     def _pass(self) -> None:
-        units = pack(self._queues(), budget=self.pass_tokens, max_rows=self.max_rows)
+        reads, thoughts = self._queues()
+        units = pack(reads, background=thoughts, budget=self.pass_tokens, max_rows=self.max_rows)
         if not units:
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
         rows = [unit.row for unit in units]
@@ -130,19 +132,24 @@ class EngineCore:
         for unit, output in zip(units, outputs, strict=True):
             unit.then(output)
 
-    def _queues(self) -> list[list[Sized[Unit]]]:
-        """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step."""
+    def _queues(self) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:
+        """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step; the
+        queues of prompts that only thoughts read apart (the scheduler's background)."""
         tasks: dict[int, list[Any]] = {}
+        thought_only: dict[int, bool] = {}
         for work in self._works:
             for task in work.tasks:
-                tasks.setdefault(id(task.prompt), []).append(task)
-        queues = []
-        for owned in sorted(tasks.values(), key=lambda owned: owned[0].prompt.order):
+                key = id(task.prompt)
+                tasks.setdefault(key, []).append(task)
+                thought_only[key] = thought_only.get(key, True) and work.kind == ThoughtWork.kind
+        reads: list[list[Sized[Unit]]] = []
+        thoughts: list[list[Sized[Unit]]] = []
+        for key, owned in sorted(tasks.items(), key=lambda item: item[1][0].prompt.order):
             prompt = owned[0].prompt
             ran = functools.partial(self._chunk_ran, prompt)
             queue = [Sized(Unit(chunk, ran), len(chunk.ids)) for chunk in prompt.chunks]
-            queues.append(queue + [unit for task in owned for unit in task.units()])
-        return queues
+            (thoughts if thought_only[key] else reads).append(queue + [u for task in owned for u in task.units()])
+        return reads, thoughts
 
     def _chunk_ran(self, prompt: PlacedPrompt, output: RowOutput) -> None:
         """One of the prompt's encoding rows ran (they run in order): after its last, the prompt is cached."""

@@ -13,6 +13,15 @@ done for this pass. So no one prompt (a request's many canvases, a long
 thought) fills a pass while another waits, work already under way goes
 before new work, and a prompt's reads share the pass that encodes it when
 there is room (vLLM's chunked prefill, with the oldest first).
+
+Thoughts are background work: their queues (`background`) fill what the
+reads leave of the budget, and beside reads only the oldest thought's
+queue takes its step. A pass costs a floor (streaming the active weights) plus its tokens,
+so every thought canvas in a pass (a whole 256-token block) lengthens the
+pass that reads wait on; on the H200 eight thoughts beside eight reading
+clients tripled the readers' p95. One thought's step at most keeps a read's
+pass within about one canvas of its own cost, and the thoughts still move
+(a pass without reads takes every thought's step).
 """
 
 from __future__ import annotations
@@ -32,8 +41,24 @@ class Sized(Generic[UnitT]):
     tokens: int
 
 
-def pack(queues: Sequence[Sequence[Sized[UnitT]]], *, budget: int, max_rows: int) -> list[UnitT]:
-    """The units of the next pass, in the order taken (see the module docstring)."""
+def pack(
+    queues: Sequence[Sequence[Sized[UnitT]]],
+    *,
+    budget: int,
+    max_rows: int,
+    background: Sequence[Sequence[Sized[UnitT]]] = (),
+) -> list[UnitT]:
+    """The units of the next pass, in the order taken: `queues` in turns, then what is left to `background`
+    (only its first queue that has work when `queues` put anything in the pass; see the module docstring)."""
+    taken, budget = _turns(queues, budget, max_rows)
+    if taken:
+        background = [next((queue for queue in background if queue), [])]
+    more, _ = _turns(background, budget, max_rows - len(taken))
+    return taken + more
+
+
+def _turns(queues: Sequence[Sequence[Sized[UnitT]]], budget: int, max_rows: int) -> tuple[list[UnitT], int]:
+    """One unit from each queue in turn, oldest first, within the budget and rows; and the budget left."""
     taken: list[UnitT] = []
     taken_from = [0] * len(queues)
     open_queues = [q for q, queue in enumerate(queues) if queue]
@@ -51,4 +76,4 @@ def pack(queues: Sequence[Sequence[Sized[UnitT]]], *, budget: int, max_rows: int
             if taken_from[q] < len(queues[q]):
                 still_open.append(q)
         open_queues = still_open
-    return taken
+    return taken, budget

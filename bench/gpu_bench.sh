@@ -4,7 +4,7 @@
 # run in order on one server (default: mixed mixed-samples1 standard cold span steps4 think-beside think; mixed
 # first, on the fresh server, with no warm-up level; think last, a thought being the slowest request; NAIVE=1 also
 # serves the naive baseline and sweeps it on standard). QUANTIZATIONS="fp8-experts" serves FP8 experts instead and
-# sweeps standard and cold; "bf16 fp8-experts" does both, one server after the other. SERVE_FLAGS are added to
+# sweeps FP8_WORKLOADS (default: standard cold); "bf16 fp8-experts" does both, one server after the other. SERVE_FLAGS are added to
 # every server's flags (e.g. "--max-queue-delay 2", to measure goodput past the knee with shedding on). The
 # workloads are described in src/canvasread/tools/bench.py and mixed.py; `think-beside` in bench/http_sweep.py.
 #
@@ -94,21 +94,29 @@ stop() {
     wait "$server" || true
     server=
 }
+row() {  # row QUANTIZATION WORKLOAD: one workload's sweep, at its levels
+    case $2 in
+        mixed) sweep "$1" mixed --fresh --levels "$mixed_levels" ;;
+        mixed-samples1) sweep "$1" mixed-samples1 --levels "$mixed_levels" ;;
+        standard)
+            if [ "$1" = bf16 ] && [ -n "${NAIVE:-}" ]; then
+                sweep "$1" standard --levels "$standard_levels" --baseline "$name-naive" --baseline-levels 1,4
+            else
+                sweep "$1" standard --levels "$standard_levels"
+            fi
+            ;;
+        cold) sweep "$1" cold --levels "$cold_levels" ;;
+        span) sweep "$1" span --levels "${SPAN_LEVELS:-1,4,16}" ;;
+        steps4) sweep "$1" steps4 --levels "${STEPS_LEVELS:-1,4,16}" ;;
+        think-beside) sweep "$1" think-beside --levels "${BESIDE_LEVELS:-8}" --thinkers "${THINKERS:-8}" ;;
+        think) sweep "$1" think --levels "${THINK_LEVELS:-1,4}" ;;
+        *) sweep "$1" "$2" --levels "$standard_levels" ;;
+    esac
+}
 if [[ " ${QUANTIZATIONS:-bf16} " == *" bf16 "* ]]; then
     serve bf16 ${NAIVE:+--naive-baseline}
     for workload in ${BF16_WORKLOADS:-mixed mixed-samples1 standard cold span steps4 think-beside think}; do
-        case $workload in
-            mixed) sweep bf16 mixed --fresh --levels "$mixed_levels" ;;
-            mixed-samples1) sweep bf16 mixed-samples1 --levels "$mixed_levels" ;;
-            standard) sweep bf16 standard --levels "$standard_levels" \
-                ${NAIVE:+--baseline "$name-naive" --baseline-levels 1,4} ;;
-            cold) sweep bf16 cold --levels "$cold_levels" ;;
-            span) sweep bf16 span --levels "${SPAN_LEVELS:-1,4,16}" ;;
-            steps4) sweep bf16 steps4 --levels "${STEPS_LEVELS:-1,4,16}" ;;
-            think-beside) sweep bf16 think-beside --levels "${BESIDE_LEVELS:-8}" --thinkers "${THINKERS:-8}" ;;
-            think) sweep bf16 think --levels "${THINK_LEVELS:-1,4}" ;;
-            *) sweep bf16 "$workload" --levels "$standard_levels" ;;
-        esac
+        row bf16 "$workload"
     done
     stop
 fi
@@ -118,7 +126,8 @@ if [[ " ${QUANTIZATIONS:-bf16} " == *" fp8-experts "* ]]; then
         exit 0
     fi
     serve fp8-experts --fp8-experts
-    sweep fp8-experts standard --levels "$standard_levels"
-    sweep fp8-experts cold --levels "$cold_levels"
+    for workload in ${FP8_WORKLOADS:-standard cold}; do
+        row fp8-experts "$workload"
+    done
     stop
 fi

@@ -37,15 +37,16 @@ def test_nothing_to_do_and_nothing_that_fits_give_an_empty_pass() -> None:
     assert pack([queue("a", 11)], budget=10, max_rows=4) == []
 
 
-def test_beside_reads_only_the_oldest_thought_takes_its_step() -> None:
+def test_thoughts_come_after_the_reads_and_only_as_many_queues_as_let_step() -> None:
     reads = [queue("r", 2, 2)]
     thoughts = [[], queue("t", 3, 3), queue("u", 3)]
-    assert pack(reads, background=thoughts, budget=100, max_rows=100) == ["r0", "r1", "t0", "t1"]
+    assert pack(reads, background=thoughts, background_queues=1, budget=100, max_rows=100) == ["r0", "r1", "t0", "t1"]
+    assert pack([], background=thoughts, background_queues=1, budget=100, max_rows=100) == ["t0", "t1"]
 
 
-def test_without_reads_every_thought_takes_its_turns() -> None:
+def test_every_thought_takes_its_turns_when_all_may_step() -> None:
     thoughts = [queue("t", 3, 3), queue("u", 3)]
-    assert pack([], background=thoughts, budget=100, max_rows=100) == ["t0", "u0", "t1"]
+    assert pack([queue("r", 1)], background=thoughts, budget=100, max_rows=100) == ["r0", "t0", "u0", "t1"]
 
 
 def test_thoughts_get_only_the_budget_and_rows_that_reads_leave() -> None:

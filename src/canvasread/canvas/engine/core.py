@@ -11,7 +11,7 @@ core steps:
 2. drop the tasks whose caller has gone;
 3. pack the next pass (`scheduler.pack`: a token budget shared by every
    prompt's encoding and reads, in turns, oldest first, with thoughts in
-   what is left: beside reads, one thought's step) and run it;
+   what is left: while reads are coming, one thought's step) and run it;
 4. hand each row's output to its task, file finished tasks' results and
    complete the works with none left.
 
@@ -69,6 +69,7 @@ class EngineCore:
         self.admitted: Counter[str] = Counter(reads=0, thoughts=0)  # items admitted (their callers waited)
         self._waiting: deque[Work[Any]] = deque()
         self._works: list[Work[Any]] = []
+        self._reads_coming = False  # the last pass read something
 
     @property
     def idle(self) -> bool:
@@ -118,7 +119,12 @@ class EngineCore:
 
     def _pass(self) -> None:
         reads, thoughts = self._queues()
-        units = pack(reads, background=thoughts, budget=self.pass_tokens, max_rows=self.max_rows)
+        # Reads coming (in this pass or the last): one thought steps, so a read never waits on many thoughts.
+        stepping = 1 if reads or self._reads_coming else None
+        self._reads_coming = bool(reads)
+        units = pack(
+            reads, budget=self.pass_tokens, max_rows=self.max_rows, background=thoughts, background_queues=stepping
+        )
         if not units:
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
         rows = [unit.row for unit in units]

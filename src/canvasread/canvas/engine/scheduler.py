@@ -15,13 +15,13 @@ before new work, and a prompt's reads share the pass that encodes it when
 there is room (vLLM's chunked prefill, with the oldest first).
 
 Thoughts are background work: their queues (`background`) fill what the
-reads leave of the budget, and beside reads only the oldest thought's
-queue takes its step. A pass costs a floor (streaming the active weights) plus its tokens,
-so every thought canvas in a pass (a whole 256-token block) lengthens the
-pass that reads wait on; on the H200 eight thoughts beside eight reading
-clients tripled the readers' p95. One thought's step at most keeps a read's
-pass within about one canvas of its own cost, and the thoughts still move
-(a pass without reads takes every thought's step).
+reads leave of the budget, and the engine lets only the oldest thought's
+queue take its step while reads are coming (`background_queues=1`). A pass
+costs a floor (streaming the active weights) plus its tokens, and cannot be
+cut short: every thought canvas in a pass (a whole 256-token block)
+lengthens the pass that a read waits on, or waits behind when it arrives
+mid-pass. On the H200 eight thoughts beside eight reading clients tripled
+the readers' p95. When no read has come for a pass, every thought steps.
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ def pack(
     budget: int,
     max_rows: int,
     background: Sequence[Sequence[Sized[UnitT]]] = (),
+    background_queues: int | None = None,
 ) -> list[UnitT]:
-    """The units of the next pass, in the order taken: `queues` in turns, then what is left to `background`
-    (only its first queue that has work when `queues` put anything in the pass; see the module docstring)."""
+    """The units of the next pass, in the order taken: `queues` in turns, then what they leave to the first
+    `background_queues` of the `background` queues that have work (None: all of them)."""
     taken, budget = _turns(queues, budget, max_rows)
-    if taken:
-        background = [next((queue for queue in background if queue), [])]
-    more, _ = _turns(background, budget, max_rows - len(taken))
+    stepping = [queue for queue in background if queue][:background_queues]
+    more, _ = _turns(stepping, budget, max_rows - len(taken))
     return taken + more
 
 

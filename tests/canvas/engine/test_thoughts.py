@@ -18,6 +18,7 @@ import pytest
 
 from canvasread.canvas.backend import CanvasRuntime
 from canvasread.canvas.engine.factory import load_runtime
+from canvasread.canvas.engine.generation import Generation
 from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.settings import EngineSettings
@@ -142,16 +143,28 @@ def test_a_long_thought_does_not_hold_a_read_of_another_request(model: Any, toke
     assert reader.counters()["passes"] >= 20
 
 
-def test_while_reads_come_only_the_oldest_thought_takes_a_step(model: Any, tokenizer: HFTokenizer) -> None:
+def test_while_reads_come_only_the_oldest_thought_takes_a_step(
+    model: Any, tokenizer: HFTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two thoughts step together, a canvas row each a pass; the pass that reads another caller's canvas, and
     the pass after it (the next read may be on its way), take only the older thought's step, so the thoughts in
-    flight do not lengthen the pass a read waits on; then both step again. Both thoughts still come out as
-    each written alone (each draws from its own seed, whatever the passes)."""
+    flight do not lengthen the pass a read waits on; then both step again. The read's caller is answered
+    before the thought in its pass takes its draw. Both thoughts still come out as each written alone (each
+    draws from its own seed, whatever the passes)."""
     requests = [never_stopping(request) for request in thought_requests(tokenizer, 96, (11, 12))]
     reader = InProcessReader(FusedRunner(model))
     entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
-    run, submit = reader.runner.run, reader.loop.submit
+    answered, drawn_after_answer = threading.Event(), []
     passes: list[tuple[int, bool]] = []  # per pass: thought canvas rows, and whether a read's slots were in it
+    advance = Generation.advance
+
+    def after_the_read(generation: Generation, logits: Any, embed: Any) -> None:
+        if passes[-1][1] and not drawn_after_answer:  # the first draw in the read's pass
+            drawn_after_answer.append(answered.wait(30))
+        advance(generation, logits, embed)
+
+    monkeypatch.setattr(Generation, "advance", after_the_read)
+    run, submit = reader.runner.run, reader.loop.submit
 
     def gated(rows: Any, store: Any) -> Any:
         if len(passes) == 1:  # the thoughts' second pass waits until the read has arrived
@@ -172,12 +185,13 @@ def test_while_reads_come_only_the_oldest_thought_takes_a_step(model: Any, token
     assert entered.wait(60)
     read = CanvasRead(requests[0].prompt_ids[:20], 0, tuple(range(100, 116)), (Slot(3, (5, 6)),))
     submitted.clear()
-    reading = threading.Thread(target=lambda: reader.read([read]))
+    reading = threading.Thread(target=lambda: (reader.read([read]), answered.set()))
     reading.start()
     assert submitted.wait(60)
     release.set()
     reading.join(60)
     thinking.join(120)
+    assert drawn_after_answer == [True], "the read was answered before the thought beside it drew"
     assert passes[0] == (2, False), "alone, both thoughts step in one pass"
     last_read = max(n for n, (_, read_in) in enumerate(passes) if read_in)
     assert all(steps == 1 for steps, read_in in passes if read_in)

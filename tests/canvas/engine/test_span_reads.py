@@ -1,6 +1,9 @@
-"""Span and spans questions on the tiny checkpoint: in process (the blank read equals transformers' own
+"""Span and spans questions on the tiny thinking checkpoint: in process (the blank read equals transformers' own
 denoising loop over the same canvas) and through a live loopback server (every answer is `state[start:end]`, the SDK
-still parses the other answers, bad input is a 422 at the field)."""
+still parses the other answers, bad input is a 422 at the field).
+
+Its canvas is 32 tokens: a blank's denoising steps take full-vocabulary logits over the whole canvas, which on the
+256-token one tripled these tests' time."""
 
 from __future__ import annotations
 
@@ -44,11 +47,11 @@ def check_pieces(state: str, answer: dict[str, Any]) -> None:
 
 
 def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
-    tiny_decider: Decider, monkeypatch: pytest.MonkeyPatch
+    tiny_thinking_decider: Decider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Round 0 of each span question, rebuilt from the documented noise, scored from transformers' logits after
     the blank's denoising steps (`helpers.transformers_denoising`, the loop the steps tests hold reads to)."""
-    backend = canvas_backend(tiny_decider)
+    backend = canvas_backend(tiny_thinking_decider)
     runtime = loaded_runtime(backend)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]
     sent: list[CanvasRead] = []
@@ -87,16 +90,16 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
             assert state.piece(*expected.best)[1:] in offsets, key
 
 
-def test_the_same_seed_gives_the_same_pieces(tiny_decider: Decider) -> None:
-    both = tiny_decider.ask(STATE, QUESTIONS, seed=9)
-    again = tiny_decider.ask(STATE, QUESTIONS, seed=9)
+def test_the_same_seed_gives_the_same_pieces(tiny_thinking_decider: Decider) -> None:
+    both = tiny_thinking_decider.ask(STATE, QUESTIONS, seed=9)
+    again = tiny_thinking_decider.ask(STATE, QUESTIONS, seed=9)
     assert both["answers"] == again["answers"]
     for key in ("who", "names"):
         check_pieces(STATE, both["answers"][key])  # type: ignore[arg-type,index]
 
 
-def test_answers_over_http_are_substrings_and_the_sdk_still_parses_the_rest(tiny_server: str) -> None:
-    with TypeSafeClient(base_url=tiny_server, api_key="local", timeout=120) as client:
+def test_answers_over_http_are_substrings_and_the_sdk_still_parses_the_rest(tiny_thinking_server: str) -> None:
+    with TypeSafeClient(base_url=tiny_thinking_server, api_key="local", timeout=120) as client:
         result = client.system_one(
             STATE,
             {
@@ -112,7 +115,7 @@ def test_answers_over_http_are_substrings_and_the_sdk_still_parses_the_rest(tiny
     check_pieces(STATE, raw["who"])
     check_pieces(STATE, raw["names"])
     body = {"model": "default", "state": STATE, "questions": QUESTIONS, "diagnostics": True, "samples": 2}
-    answer = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=120).json()["answers"]["who"]
+    answer = httpx.post(tiny_thinking_server + "/v1/systemone", json=body, timeout=120).json()["answers"]["who"]
     check_pieces(STATE, answer)
     assert answer["diagnostics"]["reads"] == 2 and answer["diagnostics"]["calibrated"] is False
 
@@ -140,10 +143,10 @@ def test_answers_over_http_are_substrings_and_the_sdk_still_parses_the_rest(tiny
     ],
 )
 def test_bad_span_questions_are_a_422_at_the_field(
-    tiny_server: str, change: dict[str, Any], loc: list[Any], message: str
+    tiny_thinking_server: str, change: dict[str, Any], loc: list[Any], message: str
 ) -> None:
     body = {"model": "default", "state": STATE, "questions": {"who": QUESTIONS["who"]}, **change}
-    response = httpx.post(tiny_server + "/v1/systemone", json=body, timeout=60)
+    response = httpx.post(tiny_thinking_server + "/v1/systemone", json=body, timeout=60)
     assert response.status_code == 422, response.text
     [problem] = response.json()["detail"]
     assert problem["loc"] == loc and message in problem["msg"]

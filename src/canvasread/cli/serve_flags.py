@@ -110,6 +110,17 @@ BatchesInFlight = Annotated[
         help="In-process engine: batches read at once, their reads, re-reads and thoughts sharing its passes.",
     ),
 ]
+ThoughtShare = Annotated[
+    float,
+    typer.Option(
+        metavar="FRACTION",
+        min=0.0,
+        max=1.0,
+        rich_help_panel=MODELS,
+        help="In-process engine: the fraction of its time thoughts may take while reads are waiting (0: only "
+        "when none are); the readers' latency beside thoughts rises by about this much.",
+    ),
+]
 EngineProcess = Annotated[
     bool | None,
     typer.Option(
@@ -292,6 +303,7 @@ class ModelFlags:
     kv_cache_gib: KvCacheGib = None
     pass_tokens: PassTokens = EngineSettings.pass_tokens
     batches_in_flight: BatchesInFlight = EngineSettings.batches_in_flight
+    thought_share: ThoughtShare = EngineSettings.thought_share
     engine_process: EngineProcess = EngineSettings.process
     layout: Layout = DEFAULT_LAYOUT.name
     calibration: Calibrations = None
@@ -323,6 +335,7 @@ class ModelFlags:
             cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * (1 << 30)),
             pass_tokens=self.pass_tokens,
             batches_in_flight=self.batches_in_flight,
+            thought_share=self.thought_share,
             process=self.engine_process,
         )
 

@@ -1,9 +1,11 @@
 """`scheduler.pack` on its own: turns across prompts, oldest first, each queue in order, within budget and rows;
-thoughts (background) in what the reads leave."""
+thoughts (background) in what the reads leave; and `Share`, the time thoughts may take beside reads."""
 
 from __future__ import annotations
 
-from canvasread.canvas.engine.scheduler import Sized, pack
+import pytest
+
+from canvasread.canvas.engine.scheduler import Share, Sized, pack
 
 
 def queue(name: str, *tokens: int) -> list[Sized[str]]:
@@ -52,3 +54,41 @@ def test_every_thought_takes_its_turns_when_all_may_step() -> None:
 def test_thoughts_get_only_the_budget_and_rows_that_reads_leave() -> None:
     assert pack([queue("r", 8)], background=[queue("t", 3)], budget=10, max_rows=100) == ["r0"]
     assert pack([queue("r", 1, 1)], background=[queue("t", 1)], budget=10, max_rows=2) == ["r0", "r1"]
+
+
+def test_a_share_of_nothing_never_lets_background_work_step_beside_reads() -> None:
+    share = Share(0.0)
+    assert not share.allows()
+    share.spent(reads=5.0, background=0.0)
+    assert not share.allows()
+
+
+def test_a_share_allows_a_step_while_background_time_is_within_its_fraction() -> None:
+    share = Share(0.25)
+    assert share.allows(), "nothing spent yet: the first pass that reads may step"
+    share.spent(reads=3.0, background=1.0)
+    assert share.allows()  # 1 of 4
+    share.spent(reads=3.0, background=2.0)
+    assert not share.allows()  # 3 of 9
+    share.spent(reads=5.0, background=0.0)
+    assert share.allows()  # 3 of 14
+    share.forget()
+    assert share.allows()
+
+
+def test_over_many_passes_background_work_takes_its_share_and_no_more_than_one_step_over() -> None:
+    """Each pass reads for 3 s; a background step (when allowed) adds 2 s. Over any run the background time is
+    within the fraction of the whole, give or take the one step that crossed it."""
+    for fraction in (0.05, 0.15, 0.3):  # a step every pass would be 2 of 5
+        share, reads, background = Share(fraction), 0.0, 0.0
+        for _ in range(200):
+            step = 2.0 if share.allows() else 0.0
+            share.spent(reads=3.0, background=step)
+            reads, background = reads + 3.0, background + step
+            assert background <= fraction * (reads + background) + 2.0
+        assert background >= fraction * (reads + background) - 2.0, "nor does it take less"
+
+
+def test_a_share_is_a_fraction() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Share(1.5)

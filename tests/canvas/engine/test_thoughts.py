@@ -198,3 +198,44 @@ def test_while_reads_come_only_the_oldest_thought_takes_a_step(
     assert passes[last_read + 1 : last_read + 3] == [(1, False), (2, False)]
     alone = [EngineThinker(InProcessReader(FusedRunner(model))).think([request])[0] for request in requests]
     assert [t.token_ids for t in thoughts] == [t.token_ids for t in alone if t]
+
+
+def test_with_no_share_a_thought_steps_only_in_passes_without_reads(model: Any, tokenizer: HFTokenizer) -> None:
+    """`thought_share=0`: a read of three denoising steps that arrives while the thought's second pass runs has
+    the next three passes to itself (its prompt's row with its first step), and the thought's second block starts
+    in the pass after the last; it still comes out as written alone."""
+    [request] = [never_stopping(request) for request in thought_requests(tokenizer, 64, (13,))]
+    reader = InProcessReader(FusedRunner(model), thought_share=0.0)
+    entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
+    passes: list[tuple[int, int]] = []  # per pass: thought canvas rows (32 tokens), read canvas rows (16)
+    run, submit = reader.runner.run, reader.loop.submit
+
+    def gated(rows: Any, store: Any) -> Any:
+        if len(passes) == 1:  # the thought's second pass waits until the read has arrived
+            entered.set()
+            assert release.wait(60)
+        canvases = [len(row.ids) for row in rows if row.canvas]
+        passes.append((canvases.count(32), canvases.count(16)))
+        return run(rows, store)
+
+    def recorded(work: Any) -> None:
+        submit(work)
+        submitted.set()
+
+    reader.runner.run = gated  # type: ignore[method-assign]
+    reader.loop.submit = recorded  # type: ignore[method-assign]
+    thoughts: list[Any] = []
+    thinking = threading.Thread(target=lambda: thoughts.extend(EngineThinker(reader).think([request])))
+    thinking.start()
+    assert entered.wait(60)
+    read = CanvasRead(request.prompt_ids[:20], 0, tuple(range(100, 116)), (Slot(3, (5, 6)),), steps=3, seed=4)
+    submitted.clear()
+    reading = threading.Thread(target=lambda: reader.read([read]))
+    reading.start()
+    assert submitted.wait(60)
+    release.set()
+    reading.join(60)
+    thinking.join(120)
+    assert passes == [(1, 0), (1, 0), (0, 1), (0, 1), (0, 1), (1, 0), (1, 0)]
+    [alone] = EngineThinker(InProcessReader(FusedRunner(model))).think([request])
+    assert thoughts and alone is not None and thoughts[0].token_ids == alone.token_ids

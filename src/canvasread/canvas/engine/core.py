@@ -11,7 +11,8 @@ core steps:
 2. drop the tasks whose caller has gone;
 3. pack the next pass (`scheduler.pack`: a token budget shared by every
    prompt's encoding and reads, in turns, oldest first, with thoughts in
-   what is left: while reads are coming, one thought's step) and run it;
+   what is left: while reads are coming, one thought's step, and in passes
+   that read only within the thoughts' `Share` of the time) and run it;
 4. hand each row's output to its task, file finished tasks' results and
    complete the works with none left.
 
@@ -40,7 +41,8 @@ from canvasread.canvas.engine.kvstore import KVStore, PromptCache, StoreFull
 from canvasread.canvas.engine.prompts import PlacedPrompt, PromptTable
 from canvasread.canvas.engine.rows import RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
-from canvasread.canvas.engine.scheduler import Sized, pack
+from canvasread.canvas.engine.scheduler import Share, Sized, pack
+from canvasread.canvas.engine.settings import DEFAULT_THOUGHT_SHARE
 from canvasread.canvas.engine.tasks import Kit, Unit
 from canvasread.canvas.engine.works import ThoughtWork, Work
 
@@ -59,7 +61,15 @@ class PassCounters:
 class EngineCore:
     """The state of the engine between passes; every method but `submit` runs on the loop's thread."""
 
-    def __init__(self, runner: FusedRunner, store: KVStore, *, max_rows: int, pass_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        runner: FusedRunner,
+        store: KVStore,
+        *,
+        max_rows: int,
+        pass_tokens: int | None = None,
+        thought_share: float = DEFAULT_THOUGHT_SHARE,
+    ) -> None:
         self.runner = runner
         self.table = PromptTable(store, PromptCache(store), runner)
         self.kit = Kit.of(runner)
@@ -70,6 +80,7 @@ class EngineCore:
         self._waiting: deque[Work[Any]] = deque()
         self._works: list[Work[Any]] = []
         self._reads_coming = False  # the last pass read something
+        self.share = Share(thought_share)  # of the engine's time, to thoughts in passes that read
 
     @property
     def idle(self) -> bool:
@@ -119,18 +130,23 @@ class EngineCore:
 
     def _pass(self) -> None:
         reads, thoughts = self._queues()
-        # Reads coming (in this pass or the last): one thought steps, so a read never waits on many thoughts.
-        stepping = 1 if reads or self._reads_coming else None
-        self._reads_coming = bool(reads)
+        contended = bool(reads) and any(thoughts)
+        if not contended:
+            self.share.forget()
         units = pack(
-            reads, budget=self.pass_tokens, max_rows=self.max_rows, background=thoughts, background_queues=stepping
+            reads,
+            budget=self.pass_tokens,
+            max_rows=self.max_rows,
+            background=thoughts,
+            background_queues=self._stepping(bool(reads), contended),
         )
         if not units:
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
         rows = [unit.row for unit in units]
         started = time.monotonic()
         outputs = self.runner.run(rows, self.table.store)
-        self.stats.pass_seconds += time.monotonic() - started
+        ran = time.monotonic() - started
+        self.stats.pass_seconds += ran
         self.stats.passes += 1
         self.stats.pass_rows += len(rows)
         self.stats.pass_tokens += sum(len(row.ids) for row in rows)
@@ -140,8 +156,22 @@ class EngineCore:
         for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) in read_units]:
             unit.then(output)
         self._complete()  # the reads' callers go on while the thoughts take their draws (a host sync each)
-        for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) not in read_units]:
+        drawing = time.monotonic()
+        background = [(unit, output) for unit, output in outputs_by_unit if id(unit) not in read_units]
+        for unit, output in background:
             unit.then(output)
+        if contended:  # the pass's time by its tokens, and the draws after it, to background work
+            share = sum(len(unit.row.ids) for unit, _ in background) / sum(len(row.ids) for row in rows)
+            self.share.spent(reads=ran * (1 - share), background=ran * share + time.monotonic() - drawing)
+
+    def _stepping(self, reading: bool, contended: bool) -> int | None:
+        """How many thoughts' queues step in this pass (None: all). While reads are coming (in this pass or the
+        last) one, so a read never waits on many thoughts; in a pass that reads, none once thoughts have taken
+        their share of the time."""
+        coming, self._reads_coming = reading or self._reads_coming, reading
+        if contended and not self.share.allows():
+            return 0
+        return 1 if coming else None
 
     def _queues(self) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:
         """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step; the

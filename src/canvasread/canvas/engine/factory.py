@@ -139,7 +139,11 @@ def fused_reader(loaded: LoadedModel, settings: EngineSettings) -> InProcessRead
     )
     runner.warm_up()  # before /ready; the store is sized after it
     return InProcessReader(
-        runner, cache_bytes=settings.cache_bytes, max_rows=settings.max_rows, pass_tokens=settings.pass_tokens
+        runner,
+        cache_bytes=settings.cache_bytes,
+        max_rows=settings.max_rows,
+        pass_tokens=settings.pass_tokens,
+        thought_share=settings.thought_share,
     )
 
 

@@ -22,7 +22,7 @@ from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas.engine.core import EngineCore, EngineLoop
 from canvasread.canvas.engine.kvstore import KVStore, PromptCache
 from canvasread.canvas.engine.runner import FusedRunner
-from canvasread.canvas.engine.settings import DEFAULT_CPU_CACHE_BYTES, DEFAULT_MAX_ROWS
+from canvasread.canvas.engine.settings import DEFAULT_CPU_CACHE_BYTES, DEFAULT_MAX_ROWS, DEFAULT_THOUGHT_SHARE
 from canvasread.canvas.engine.works import ReadWork, ThoughtWork
 from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.thinker import Thought, ThoughtRequest
@@ -44,6 +44,7 @@ class InProcessReader:
         cache_bytes: int | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
         pass_tokens: int | None = None,
+        thought_share: float = DEFAULT_THOUGHT_SHARE,
     ) -> None:
         stack = runner.stack
         shapes = stack.kv_shapes()
@@ -52,7 +53,9 @@ class InProcessReader:
         budget = cache_bytes if cache_bytes is not None else _default_cache_bytes(stack.device)
         pages = max(1, budget // (KVStore.bytes_per_token(shapes, dtype) * page))
         store = KVStore(shapes, pages=pages, page=page, dtype=dtype, device=stack.device)
-        self.loop = EngineLoop(EngineCore(runner, store, max_rows=max_rows, pass_tokens=pass_tokens))
+        self.loop = EngineLoop(
+            EngineCore(runner, store, max_rows=max_rows, pass_tokens=pass_tokens, thought_share=thought_share)
+        )
 
     @property
     def runner(self) -> FusedRunner:

@@ -19,6 +19,10 @@ DEFAULT_MAX_ROWS = 256
 # Batches the canvas backend reads at once over one engine: their reads, re-reads and thoughts share the engine
 # loop's passes, so a batch's re-read round rides beside the next batch's first reads instead of waiting for it.
 DEFAULT_BATCHES_IN_FLIGHT = 4
+# The fraction of the engine's time thoughts may take in passes that read (`scheduler.Share`): the readers' latency
+# beside thoughts rises by about this much, and a thought beside reads that keep the engine busy takes up to
+# 1/share times as long as alone.
+DEFAULT_THOUGHT_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class EngineSettings:
     # smaller pass answers a lone request's steps sooner under load, a larger one reads more per weight load.
     pass_tokens: int | None = None
     batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
+    thought_share: float = DEFAULT_THOUGHT_SHARE
     # The engine's loop in a process of its own (`worker.py`: no thread of the server's can hold up its passes);
     # None: on a GPU, where a pass is thousands of short ops, not on a CPU, where starting one costs seconds.
     process: bool | None = None
@@ -96,6 +101,8 @@ class EngineSettings:
             raise ValueError("cache_bytes must be >= 0 and max_rows >= 1")
         if self.batches_in_flight < 1:
             raise ValueError("--batches-in-flight must be at least 1")
+        if not 0.0 <= self.thought_share <= 1.0:
+            raise ValueError("--thought-share must be between 0 and 1")
         if self.pass_tokens is not None and not self.buckets.tokens[0] <= self.pass_tokens <= self.buckets.max_tokens:
             raise ValueError(
                 f"--pass-tokens must be between the engine's smallest and largest bucket, "

@@ -11,8 +11,9 @@ core steps:
 2. drop the tasks whose caller has gone;
 3. pack the next pass (`scheduler.pack`: a token budget shared by every
    prompt's encoding and reads, in turns, oldest first, with thoughts in
-   what is left: while reads are coming, one thought's step, and in passes
-   that read only within the thoughts' `Share` of the time) and run it;
+   what is left: beside reads one thought's step, within the thoughts'
+   `Share` of the time; only thoughts, once no read has come for a while:
+   `hold`) and run it;
 4. hand each row's output to its task, file finished tasks' results and
    complete the works with none left.
 
@@ -39,7 +40,7 @@ import torch
 
 from canvasread.canvas.engine.kvstore import KVStore, PromptCache, StoreFull
 from canvasread.canvas.engine.prompts import PlacedPrompt, PromptTable
-from canvasread.canvas.engine.rows import RowOutput
+from canvasread.canvas.engine.rows import Row, RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.engine.scheduler import Share, Sized, pack
 from canvasread.canvas.engine.settings import DEFAULT_THOUGHT_SHARE
@@ -79,7 +80,7 @@ class EngineCore:
         self.admitted: Counter[str] = Counter(reads=0, thoughts=0)  # items admitted (their callers waited)
         self._waiting: deque[Work[Any]] = deque()
         self._works: list[Work[Any]] = []
-        self._reads_coming = False  # the last pass read something
+        self._reads_until = 0.0  # until then a read may be on its way: the last reading pass's end plus its length
         self.share = Share(thought_share)  # of the engine's time, to thoughts in passes that read
 
     @property
@@ -128,17 +129,28 @@ class EngineCore:
             self._works.append(work)
             self.admitted[work.kind] += len(work.tasks)
 
+    def hold(self) -> float:
+        """Seconds to keep the thoughts in flight waiting for a read that may be on its way (0: pass now).
+
+        A pass cannot be cut short, and one that only steps thoughts takes about as long as a reading pass: a read
+        arriving just after it starts waits that long. So while only thoughts are in flight, they wait until no
+        read has come for the length of the last reading pass (a closed-loop client's next read comes sooner).
+        """
+        if self._waiting or any(work.tasks and work.kind != ThoughtWork.kind for work in self._works):
+            return 0.0
+        return max(0.0, self._reads_until - time.monotonic())
+
     def _pass(self) -> None:
         reads, thoughts = self._queues()
+        if not reads and self.hold() > 0:
+            return
         contended = bool(reads) and any(thoughts)
         if not contended:
             self.share.forget()
+        # Beside reads one thought steps, so a read never waits on many, and only within the thoughts' share.
+        stepping = None if not reads else 1 if self.share.allows() or not contended else 0
         units = pack(
-            reads,
-            budget=self.pass_tokens,
-            max_rows=self.max_rows,
-            background=thoughts,
-            background_queues=self._stepping(bool(reads), contended),
+            reads, budget=self.pass_tokens, max_rows=self.max_rows, background=thoughts, background_queues=stepping
         )
         if not units:
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
@@ -146,11 +158,9 @@ class EngineCore:
         started = time.monotonic()
         outputs = self.runner.run(rows, self.table.store)
         ran = time.monotonic() - started
-        self.stats.pass_seconds += ran
-        self.stats.passes += 1
-        self.stats.pass_rows += len(rows)
-        self.stats.pass_tokens += sum(len(row.ids) for row in rows)
-        self.stats.denoising_steps += sum(row.canvas_hidden for row in rows)
+        if reads:
+            self._reads_until = time.monotonic() + ran
+        self._count(rows, ran)
         read_units = {id(sized.unit) for queue in reads for sized in queue}
         outputs_by_unit = list(zip(units, outputs, strict=True))
         for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) in read_units]:
@@ -164,14 +174,12 @@ class EngineCore:
             share = sum(len(unit.row.ids) for unit, _ in background) / sum(len(row.ids) for row in rows)
             self.share.spent(reads=ran * (1 - share), background=ran * share + time.monotonic() - drawing)
 
-    def _stepping(self, reading: bool, contended: bool) -> int | None:
-        """How many thoughts' queues step in this pass (None: all). While reads are coming (in this pass or the
-        last) one, so a read never waits on many thoughts; in a pass that reads, none once thoughts have taken
-        their share of the time."""
-        coming, self._reads_coming = reading or self._reads_coming, reading
-        if contended and not self.share.allows():
-            return 0
-        return 1 if coming else None
+    def _count(self, rows: list[Row], seconds: float) -> None:
+        self.stats.pass_seconds += seconds
+        self.stats.passes += 1
+        self.stats.pass_rows += len(rows)
+        self.stats.pass_tokens += sum(len(row.ids) for row in rows)
+        self.stats.denoising_steps += sum(row.canvas_hidden for row in rows)
 
     def _queues(self) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:
         """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step; the
@@ -212,6 +220,7 @@ class EngineLoop:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self._lock = threading.Lock()
+        self._woken = threading.Condition(self._lock)  # a work arrived
         self._arrived: list[Work[Any]] = []
         self._running = False
 
@@ -219,6 +228,7 @@ class EngineLoop:
         """Hand `work` to the loop (starting its thread if it is not running); the caller then waits on it."""
         with self._lock:
             self._arrived.append(work)
+            self._woken.notify()
             if self._running:
                 return
             self._running = True
@@ -232,6 +242,8 @@ class EngineLoop:
             with torch.inference_mode():
                 while True:
                     with self._lock:
+                        if not self._arrived and (hold := self.core.hold()) > 0:
+                            self._woken.wait(hold)
                         arrived, self._arrived = self._arrived, []
                         if not arrived and self.core.idle:
                             self._running = False

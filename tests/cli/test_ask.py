@@ -163,7 +163,7 @@ def test_an_option_or_level_without_its_question_says_so(args: tuple[str, ...], 
     assert_one_line_error(canvasread("ask", "x", *args), expected)
 
 
-def test_span_answers_from_a_served_model_print_as_pieces(tiny_server: str, tmp_path: Path) -> None:
+def test_span_answers_from_a_served_model_print_as_pieces(tiny_thinking_server: str, tmp_path: Path) -> None:
     questions = {
         "who": {"type": "span", "instructions": "Who is refunded?"},
         "names": {"type": "spans", "instructions": "Every name"},
@@ -171,11 +171,11 @@ def test_span_answers_from_a_served_model_print_as_pieces(tiny_server: str, tmp_
     path = tmp_path / "request.json"
     path.write_text(json.dumps({"questions": questions, "seed": 4}))  # the same reads for the table and the JSON
     state = "Refund Zoë for order 1182."
-    result = canvasread("ask", state, "--file", str(path), "--url", tiny_server)
+    result = canvasread("ask", state, "--file", str(path), "--url", tiny_thinking_server)
     assert result.returncode == 0, result.stderr
     assert "Who is refunded?" in result.stdout and "Every name" in result.stdout
     assert result.stdout.count("confidence") == 2
-    raw = json.loads(canvasread("ask", state, "--file", str(path), "--url", tiny_server, "--json").stdout)
+    raw = json.loads(canvasread("ask", state, "--file", str(path), "--url", tiny_thinking_server, "--json").stdout)
     for answer in raw["answers"].values():
         pieces = answer["spans"] if answer["type"] == "spans" else [answer] if answer["found"] else []
         shown = [f"{p['text']!r} at {p['start']}:{p['end']}" for p in pieces] or ["not found"]

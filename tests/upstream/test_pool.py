@@ -5,13 +5,13 @@ loopback that answers as a Jev-style server does (`{"models": [...]}`, 529 when 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from helpers import serve_app
+from helpers import eventually, serve_app
 
 from canvasread.upstream.pool import Dialect, UpstreamBusy, UpstreamModel, UpstreamPool, UpstreamUnavailable
 
@@ -37,6 +37,9 @@ class Peer:
         self.key: str | None = None
         self.probes = 0
         self.lock = threading.Lock()
+        self.stall = threading.Event()  # set: each probe calls `on_stall`, then waits for `released`
+        self.released = threading.Event()
+        self.on_stall: Callable[[], None] = lambda: None
         self.app = FastAPI()
         self.app.get("/health")(lambda: {"status": "ok"})  # what the test helper waits for
         self.app.get("/healthz")(self.healthz)
@@ -45,6 +48,9 @@ class Peer:
 
     def healthz(self) -> Any:
         self.probes += 1
+        if self.stall.is_set():
+            self.on_stall()
+            self.released.wait(60)
         return {"status": "ok"}
 
     def models(self, request: Request) -> Any:
@@ -106,3 +112,25 @@ def test_a_peer_that_wants_a_key_names_the_wings_flag(peer: tuple[Peer, str]) ->
         assert keyed.wait_for_model(30.0).root == "weights-1"
     finally:
         keyed.close()
+
+
+def test_one_slow_health_probe_keeps_a_peer_in_and_the_next_one_takes_it_out(peer: tuple[Peer, str]) -> None:
+    """Probes time out after 0.5 s here. Each stalled probe records, as it arrives, what the pool thinks: the
+    prober files one probe before it sends the next, so at the second stalled probe the first has been filed."""
+    served, base = peer
+    pool = pool_for(base, timeout_s=0.5)
+    seen: list[str | None] = []
+    try:
+        assert pool.wait_for_model(30.0).root == "weights-1"
+        served.on_stall = lambda: seen.append(pool.health_problem())
+        served.stall.set()
+        eventually(lambda: len(seen) >= 2, timeout=60, what="two stalled probes")
+        assert seen[:2] == [None, None], "one slow probe is not a failure"
+        eventually(lambda: pool.health_problem() is not None, timeout=60, what="the second slow probe filed")
+        assert "ReadTimeout" in str(pool.health_problem())
+        served.stall.clear()
+        served.released.set()
+        eventually(lambda: pool.health_problem() is None, timeout=60, what="back once it answers")
+    finally:
+        served.released.set()
+        pool.close()

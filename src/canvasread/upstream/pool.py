@@ -16,7 +16,9 @@ backoff and tries them again; when they are still full it fails with
 `UpstreamBusy` (529 with a retry hint). A prober thread per upstream checks its
 health path (and once, its models path, to see that it serves the model)
 every few seconds, so a failed upstream comes back as soon as it answers, and
-`health_problem()` tells `/ready` whether any upstream can answer now.
+`health_problem()` tells `/ready` whether any upstream can answer now. A probe
+that times out takes a healthy upstream out only when the next one does too
+(`SLOW_PROBES_TO_FAIL`): slow is not gone.
 
 Timeouts bound every call, so an upstream that accepts a connection and never
 answers costs one timeout, never a hang. With an API key every call, probes
@@ -42,8 +44,12 @@ logger = logging.getLogger(__name__)
 
 # Probes are cheap (`/health` is a constant answer), so a failed upstream is back within a couple of seconds.
 DEFAULT_PROBE_INTERVAL_S = 2.0
-# A health probe that takes longer than this counts as a failure: a healthy vLLM answers in milliseconds.
+# A health probe that takes longer than this is slow: a healthy vLLM answers in milliseconds.
 PROBE_TIMEOUT_S = 5.0
+# Slow probes in a row that take a healthy upstream out. A probe that times out says the upstream is slow, not gone
+# (vLLM answers `/health` on the event loop that also takes its requests, and a burst can hold that loop), while its
+# requests have timeouts of their own; a refused connection or a wrong answer takes it out at once.
+SLOW_PROBES_TO_FAIL = 2
 # Connecting takes milliseconds on a working network; waiting longer only delays the failover.
 CONNECT_TIMEOUT_S = 5.0
 # Waits between rounds over upstreams that all answered "full" (busy): a vLLM queue drains in tens of milliseconds
@@ -101,6 +107,7 @@ class Upstream:
     in_flight: int = 0
     model: UpstreamModel | None = None
     out_since: float = 0.0
+    slow_probes: int = 0  # health probes in a row that timed out while it was healthy
 
 
 class UpstreamPool:
@@ -282,6 +289,7 @@ class UpstreamPool:
         started = time.monotonic()
         problem: str | None
         model = upstream.model
+        slow = False
         try:
             health = self._client.get(upstream.url + self.dialect.health_path, timeout=self._probe_timeout_s)
             if health.status_code != 200:
@@ -292,17 +300,21 @@ class UpstreamPool:
                 problem = self._mismatch(upstream, model)
         except (httpx.HTTPError, ValueError) as error:
             problem = f"{type(error).__name__}: {error}".rstrip(": ")
+            slow = isinstance(error, httpx.TimeoutException)
         with self._changed:
             if problem is None:
                 upstream.model = model
                 if started >= upstream.out_since:  # a failure seen after this probe began outranks it
                     if not upstream.healthy:
                         logger.info("upstream %s is healthy", upstream.url)
-                    upstream.healthy, upstream.problem = True, ""
+                    upstream.healthy, upstream.problem, upstream.slow_probes = True, "", 0
+            elif slow and upstream.healthy and upstream.slow_probes + 1 < SLOW_PROBES_TO_FAIL:
+                upstream.slow_probes += 1
+                logger.warning("upstream %s was slow to answer its health check: %s", upstream.url, problem)
             else:
                 if upstream.healthy:
                     logger.warning("upstream %s failed its health check: %s", upstream.url, problem)
-                upstream.healthy, upstream.problem = False, problem
+                upstream.healthy, upstream.problem, upstream.slow_probes = False, problem, 0
             self._changed.notify_all()
 
     def _key_hint(self, response: httpx.Response) -> str:

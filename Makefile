@@ -20,10 +20,11 @@ lint:
 	$(PYTHON) -m ruff format --check src tests bench
 	$(PYTHON) -m mypy
 
-# Two worker processes: much of the suite waits on servers and subprocesses it starts (on 2 cores, 14 min 40 s
-# in one process, 10 min 7 s in two; 17 min 27 s in two beside two busy processes).
+# Three worker processes on two cores: much of the suite waits on servers and subprocesses it starts, and beside
+# other busy processes three workers get a larger part of the cores (2 cores with two busy loops beside: 16 min 22 s
+# in two workers, 13 min 46 s in three; unloaded, 14 min 40 s in one process and 10 min 7 s in two).
 test: install-test install-browser
-	$(PYTHON) -m pytest -n 2
+	$(PYTHON) -m pytest -n 3
 
 ci: install-test lint test
 

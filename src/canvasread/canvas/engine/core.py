@@ -136,7 +136,7 @@ class EngineCore:
         arriving just after it starts waits that long. So while only thoughts are in flight, they wait until no
         read has come for the length of the last reading pass (a closed-loop client's next read comes sooner).
         """
-        if self._waiting or any(work.tasks and work.kind != ThoughtWork.kind for work in self._works):
+        if self._waiting or self.idle or any(work.tasks and work.kind != ThoughtWork.kind for work in self._works):
             return 0.0
         return max(0.0, self._reads_until - time.monotonic())
 

@@ -55,7 +55,6 @@ def instrument() -> None:
     timed(runner, "lay_out", "layout.lay_out")
     timed(tasks.SlotHead, "logits", "head.logits")
     timed(generation.Generation, "advance", "generation.advance")
-    timed(generation.Generation, "settle", "generation.settle")
     timed(generation, "draw", "sampling.draw")
     timed(generation.Generation, "stops", "generation.stops")
     timed(generation.Generation, "canvas_ids", "generation.canvas_ids")

@@ -15,10 +15,7 @@ core steps:
    `Share` of the time; only thoughts, once no read has come for a while:
    `hold`) and run it;
 4. hand each row's output to its task, file finished tasks' results and
-   complete the works with none left. A thought's step launches its draw
-   and leaves it on the device: its stop test and block end (`settle`, a
-   host sync) wait until a later pass has run, or until the thought steps
-   again, so a pass of reads never waits on another request's draw.
+   complete the works with none left.
 
 So a re-read of one request rides in the pass that reads another's first
 canvases, and a thought's denoising steps interleave with other requests'
@@ -144,24 +141,18 @@ class EngineCore:
         return max(0.0, self._reads_until - time.monotonic())
 
     def _pass(self) -> None:
-        reading = any(work.tasks and work.kind != ThoughtWork.kind for work in self._works)
-        if not reading and self.hold() > 0:
+        reads, thoughts = self._queues()
+        if not reads and self.hold() > 0:
             return
-        contended = reading and any(work.tasks and work.kind == ThoughtWork.kind for work in self._works)
+        contended = bool(reads) and any(thoughts)
         if not contended:
             self.share.forget()
         # Beside reads one thought steps, so a read never waits on many, and only within the thoughts' share.
-        stepping = None if not reading else 1 if self.share.allows() or not contended else 0
-        if stepping != 0:  # the thoughts that may step need their last draws on the host first
-            self._settle()
-            self._complete()
-        reads, thoughts = self._queues(thoughts=stepping != 0)
+        stepping = None if not reads else 1 if self.share.allows() or not contended else 0
         units = pack(
             reads, budget=self.pass_tokens, max_rows=self.max_rows, background=thoughts, background_queues=stepping
         )
         if not units:
-            if not any(reads) and not any(thoughts):
-                return  # the last thoughts ended with the draws just settled
             raise ValueError(f"a row is over the engine's pass of {self.pass_tokens} tokens")
         rows = [unit.row for unit in units]
         started = time.monotonic()
@@ -174,21 +165,14 @@ class EngineCore:
         outputs_by_unit = list(zip(units, outputs, strict=True))
         for unit, output in [(unit, output) for unit, output in outputs_by_unit if id(unit) in read_units]:
             unit.then(output)
-        self._settle()  # free now: the device ran this pass after the draws
-        self._complete()  # the reads' callers go on before the thoughts launch their next draws
-        launching = time.monotonic()
+        self._complete()  # the reads' callers go on while the thoughts take their draws (a host sync each)
+        drawing = time.monotonic()
         background = [(unit, output) for unit, output in outputs_by_unit if id(unit) not in read_units]
         for unit, output in background:
             unit.then(output)
-        if contended:  # the pass's time by its tokens, and the draws' launches after it, to background work
+        if contended:  # the pass's time by its tokens, and the draws after it, to background work
             share = sum(len(unit.row.ids) for unit, _ in background) / sum(len(row.ids) for row in rows)
-            self.share.spent(reads=ran * (1 - share), background=ran * share + time.monotonic() - launching)
-
-    def _settle(self) -> None:
-        """Finish on the host what the tasks' last steps left on the device (the thoughts' draws)."""
-        for work in self._works:
-            for task in work.tasks:
-                task.settle()
+            self.share.spent(reads=ran * (1 - share), background=ran * share + time.monotonic() - drawing)
 
     def _count(self, rows: list[Row], seconds: float) -> None:
         self.stats.pass_seconds += seconds
@@ -197,27 +181,24 @@ class EngineCore:
         self.stats.pass_tokens += sum(len(row.ids) for row in rows)
         self.stats.denoising_steps += sum(row.canvas_hidden for row in rows)
 
-    def _queues(self, *, thoughts: bool) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:
+    def _queues(self) -> tuple[list[list[Sized[Unit]]], list[list[Sized[Unit]]]]:
         """One queue per prompt in flight, oldest first: its encoding rows, then each task's next step; the
-        queues of prompts that only thoughts read apart (the scheduler's background). Without `thoughts` no
-        thought's units are made (which would wait for its last draw)."""
+        queues of prompts that only thoughts read apart (the scheduler's background)."""
         tasks: dict[int, list[Any]] = {}
         thought_only: dict[int, bool] = {}
         for work in self._works:
-            if work.kind == ThoughtWork.kind and not thoughts:
-                continue
             for task in work.tasks:
                 key = id(task.prompt)
                 tasks.setdefault(key, []).append(task)
                 thought_only[key] = thought_only.get(key, True) and work.kind == ThoughtWork.kind
         reads: list[list[Sized[Unit]]] = []
-        background: list[list[Sized[Unit]]] = []
+        thoughts: list[list[Sized[Unit]]] = []
         for key, owned in sorted(tasks.items(), key=lambda item: item[1][0].prompt.order):
             prompt = owned[0].prompt
             ran = functools.partial(self._chunk_ran, prompt)
             queue = [Sized(Unit(chunk, ran), len(chunk.ids)) for chunk in prompt.chunks]
-            (background if thought_only[key] else reads).append(queue + [u for task in owned for u in task.units()])
-        return reads, background
+            (thoughts if thought_only[key] else reads).append(queue + [u for task in owned for u in task.units()])
+        return reads, thoughts
 
     def _chunk_ran(self, prompt: PlacedPrompt, output: RowOutput) -> None:
         """One of the prompt's encoding rows ran (they run in order): after its last, the prompt is cached."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.sampling import Draw, Schedule, draw, noise_canvas
+from canvasread.canvas.engine.sampling import Schedule, draw, noise_canvas
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
 
 
@@ -46,7 +46,6 @@ class Generation:
         self.thought: Thought | None = None
         self._history: deque[torch.Tensor] = deque(maxlen=max(1, schedule.stability or 1))
         self._remaining = 0
-        self._drawn: Draw | None = None  # the last step's draw, until `settle`
         self.canvas = self._fresh_block()
 
     @property
@@ -66,23 +65,15 @@ class Generation:
 
     @torch.inference_mode()
     def advance(self, logits: torch.Tensor, embed: Any) -> None:
-        """Take the denoising step after a pass whose canvas logits (fp32, soft-capped) are `logits`: its draw is
-        launched on the device and not waited for; `settle` finishes it on the host."""
+        """Take the denoising step after a pass whose canvas logits (fp32, soft-capped) are `logits`."""
         schedule = self.schedule
         step = draw(
             logits, schedule.temperature(self._remaining, schedule.steps), schedule.entropy_bound, self.generator, embed
         )
         self._remaining -= 1
+        stopped = self.stops(step.argmax, step.entropy)
         self.canvas, self.signal = step.canvas, step.signal
-        self._drawn = step
-
-    @torch.inference_mode()
-    def settle(self) -> None:
-        """The last step's stop test and block end, which read its draw on the host (a sync). The engine calls
-        this once a later pass has run, when the device is past the draw and the sync costs nothing, or before
-        the thought's next step. The generator's next use (a fresh block's noise) still follows the draw."""
-        step, self._drawn = self._drawn, None
-        if step is not None and (self.stops(step.argmax, step.entropy) or self._remaining == 0):
+        if stopped or self._remaining == 0:
             self._end_block([int(token) for token in step.argmax.tolist()])
 
     def stops(self, argmax: torch.Tensor, entropy: torch.Tensor) -> bool:

@@ -81,9 +81,6 @@ class ReadTask:
     def finished(self) -> bool:
         return self.result is not None
 
-    def settle(self) -> None:
-        """A read's step is finished in its pass's readout: nothing is left on the device."""
-
     def units(self) -> list[Sized[Unit]]:
         """The row that reads the canvas: read-only at the slots, or (an earlier step of a multi-step read) the
         whole canvas's hidden states for the denoising step, self-conditioned on the step before."""
@@ -127,13 +124,8 @@ class ThoughtTask:
     def result(self) -> Thought | None:
         return self.generation.thought
 
-    def settle(self) -> None:
-        """Finish the last step's draw on the host (`Generation.settle`)."""
-        self.generation.settle()
-
     def units(self) -> list[Sized[Unit]]:
         generation, width = self.generation, self.generation.width
-        generation.settle()
         written = generation.encoded * width
         units = []
         pending = generation.pending_block

@@ -41,9 +41,6 @@ class Task(Protocol[ResultT_co]):
     @property
     def result(self) -> ResultT_co | None: ...
 
-    def settle(self) -> None:
-        """Finish on the host what its last step left on the device (a thought's draw; nothing for a read)."""
-
     def units(self) -> list[Sized[Unit]]: ...
 
     def release(self, table: PromptTable) -> None: ...

@@ -3,17 +3,23 @@ the hosted API declares them, the SDK's own examples valid, our extensions and r
 
 from __future__ import annotations
 
+import gzip
 import importlib.metadata
 import itertools
 import json
 import re
+import zlib
 from typing import Any
 
 import httpx
 import jsonschema_rs
 import pytest
+import zstandard
 from pydantic import BaseModel
 from typesafe_sdk._schemas import models as sdk
+
+from canvasread.errors import BadRequest
+from canvasread.server.body import decode_content
 
 REQUEST_MODELS = {
     "SystemOneRequest": sdk.SystemOneRequest,
@@ -151,3 +157,21 @@ def test_both_request_forms_and_compression_are_documented(served: dict[str, Any
     [encoding] = [p for p in operation["parameters"] if p["name"] == "Content-Encoding"]
     assert encoding["in"] == "header" and "zstd" in encoding["schema"]["enum"]
     assert "400" in operation["responses"] and "404" not in operation["responses"]
+
+
+def test_the_documented_encodings_are_the_ones_the_server_decodes(served: dict[str, Any]) -> None:
+    """The fuzzer sends values outside the enum and expects a refusal: an empty `Content-Encoding` (no coding,
+    read as identity) was accepted while the enum left it out."""
+    operation = served["paths"]["/v1/systemone"]["post"]
+    [encoding] = [p for p in operation["parameters"] if p["name"] == "Content-Encoding"]
+    raw = b'{"state": "x"}'
+    coders = {"zstd": zstandard.compress, "gzip": gzip.compress, "x-gzip": gzip.compress, "deflate": zlib.compress}
+    documented = set(encoding["schema"]["enum"])
+    tried = documented | {"", "identity", "x-gzip", "br", "compress", "none", "x-zstd", "gzip, zstd"}
+    for name in sorted(tried):
+        try:
+            taken = decode_content(coders.get(name, bytes)(raw), name, limit=100) == raw
+        except BadRequest as refused:
+            assert "unsupported Content-Encoding" in refused.message, name
+            taken = False
+        assert taken == (name in documented), f"Content-Encoding {name!r}"

@@ -26,8 +26,10 @@ _SYSTEM_ONE_BODY = {
             "name": "Content-Encoding",
             "in": "header",
             "required": False,
-            "description": "The body's compression (the SDK sends zstd for bodies of 1 KiB and more).",
-            "schema": {"type": "string", "enum": ["zstd", "gzip", "deflate", "identity"]},
+            "description": "The body's compression (the SDK sends zstd for bodies of 1 KiB and more); empty or "
+            "identity: none. Case and surrounding spaces do not matter.",
+            # Every value `body.decode_content` takes, the empty one included (an empty list of codings: none).
+            "schema": {"type": "string", "enum": ["zstd", "gzip", "x-gzip", "deflate", "identity", ""]},
         }
     ],
     "requestBody": {

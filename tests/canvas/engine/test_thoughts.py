@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,55 @@ def test_a_long_thought_does_not_hold_a_read_of_another_request(model: Any, toke
     assert reader.counters()["passes"] >= 20
 
 
+def write_beside_a_read(
+    reader: InProcessReader,
+    requests: list[ThoughtRequest],
+    read: CanvasRead,
+    record: Callable[[Any], None],
+    answered: threading.Event | None = None,
+) -> tuple[list[Any], list[tuple[float, float]]]:
+    """Write `requests`' thoughts on `reader` while another caller reads `read`, which arrives mid-thought: the
+    thoughts' second pass waits until it has been submitted. `record` sees each pass's rows before it runs, and
+    `answered` is set once the read's caller has its answer. The thoughts, and when each pass started and ended."""
+    entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
+    times: list[tuple[float, float]] = []
+    run, submit = reader.runner.run, reader.loop.submit
+
+    def gated(rows: Any, store: Any) -> Any:
+        if len(times) == 1:  # the thoughts' second pass waits until the read has arrived
+            entered.set()
+            assert release.wait(60)
+        record(rows)
+        started = time.monotonic()
+        outputs = run(rows, store)
+        times.append((started, time.monotonic()))
+        return outputs
+
+    def recorded(work: Any) -> None:
+        submit(work)
+        submitted.set()
+
+    def reads() -> None:
+        reader.read([read])
+        if answered is not None:
+            answered.set()
+
+    reader.runner.run = gated  # type: ignore[method-assign]
+    reader.loop.submit = recorded  # type: ignore[method-assign]
+    thoughts: list[Any] = []
+    thinking = threading.Thread(target=lambda: thoughts.extend(EngineThinker(reader).think(requests)))
+    thinking.start()
+    assert entered.wait(60)
+    submitted.clear()
+    reading = threading.Thread(target=reads)
+    reading.start()
+    assert submitted.wait(60)
+    release.set()
+    reading.join(60)
+    thinking.join(120)
+    return thoughts, times
+
+
 def test_while_reads_come_only_the_oldest_thought_takes_a_step(
     model: Any, tokenizer: HFTokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,10 +204,8 @@ def test_while_reads_come_only_the_oldest_thought_takes_a_step(
     written alone (each draws from its own seed, whatever the passes)."""
     requests = [never_stopping(request) for request in thought_requests(tokenizer, 96, (11, 12))]
     reader = InProcessReader(FusedRunner(model))
-    entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
     answered, drawn_after_answer = threading.Event(), []
     passes: list[tuple[int, bool]] = []  # per pass: thought canvas rows, and whether a read's slots were in it
-    times: list[tuple[float, float]] = []  # per pass: when it started and ended
     advance = Generation.advance
 
     def after_the_read(generation: Generation, logits: Any, embed: Any) -> None:
@@ -165,37 +213,12 @@ def test_while_reads_come_only_the_oldest_thought_takes_a_step(
             drawn_after_answer.append(answered.wait(30))
         advance(generation, logits, embed)
 
-    monkeypatch.setattr(Generation, "advance", after_the_read)
-    run, submit = reader.runner.run, reader.loop.submit
-
-    def gated(rows: Any, store: Any) -> Any:
-        if len(passes) == 1:  # the thoughts' second pass waits until the read has arrived
-            entered.set()
-            assert release.wait(60)
+    def record(rows: Any) -> None:
         passes.append((sum(row.canvas_hidden for row in rows), any(row.label_ids for row in rows)))
-        started = time.monotonic()
-        outputs = run(rows, store)
-        times.append((started, time.monotonic()))
-        return outputs
 
-    def recorded(work: Any) -> None:
-        submit(work)
-        submitted.set()
-
-    reader.runner.run = gated  # type: ignore[method-assign]
-    reader.loop.submit = recorded  # type: ignore[method-assign]
-    thoughts: list[Any] = []
-    thinking = threading.Thread(target=lambda: thoughts.extend(EngineThinker(reader).think(requests)))
-    thinking.start()
-    assert entered.wait(60)
+    monkeypatch.setattr(Generation, "advance", after_the_read)
     read = CanvasRead(requests[0].prompt_ids[:20], 0, tuple(range(100, 116)), (Slot(3, (5, 6)),))
-    submitted.clear()
-    reading = threading.Thread(target=lambda: (reader.read([read]), answered.set()))
-    reading.start()
-    assert submitted.wait(60)
-    release.set()
-    reading.join(60)
-    thinking.join(120)
+    thoughts, times = write_beside_a_read(reader, requests, read, record, answered)
     assert drawn_after_answer == [True], "the read was answered before the thought beside it drew"
     assert passes[0] == (2, False), "alone, both thoughts step in one pass"
     [read_pass] = [n for n, (_, read_in) in enumerate(passes) if read_in]
@@ -212,36 +235,14 @@ def test_with_no_share_a_thought_steps_only_in_passes_without_reads(model: Any, 
     in the pass after the last; it still comes out as written alone."""
     [request] = [never_stopping(request) for request in thought_requests(tokenizer, 64, (13,))]
     reader = InProcessReader(FusedRunner(model), thought_share=0.0)
-    entered, release, submitted = threading.Event(), threading.Event(), threading.Event()
     passes: list[tuple[int, int]] = []  # per pass: thought canvas rows (32 tokens), read canvas rows (16)
-    run, submit = reader.runner.run, reader.loop.submit
 
-    def gated(rows: Any, store: Any) -> Any:
-        if len(passes) == 1:  # the thought's second pass waits until the read has arrived
-            entered.set()
-            assert release.wait(60)
+    def record(rows: Any) -> None:
         canvases = [len(row.ids) for row in rows if row.canvas]
         passes.append((canvases.count(32), canvases.count(16)))
-        return run(rows, store)
 
-    def recorded(work: Any) -> None:
-        submit(work)
-        submitted.set()
-
-    reader.runner.run = gated  # type: ignore[method-assign]
-    reader.loop.submit = recorded  # type: ignore[method-assign]
-    thoughts: list[Any] = []
-    thinking = threading.Thread(target=lambda: thoughts.extend(EngineThinker(reader).think([request])))
-    thinking.start()
-    assert entered.wait(60)
     read = CanvasRead(request.prompt_ids[:20], 0, tuple(range(100, 116)), (Slot(3, (5, 6)),), steps=3, seed=4)
-    submitted.clear()
-    reading = threading.Thread(target=lambda: reader.read([read]))
-    reading.start()
-    assert submitted.wait(60)
-    release.set()
-    reading.join(60)
-    thinking.join(120)
+    thoughts, _ = write_beside_a_read(reader, [request], read, record)
     assert passes == [(1, 0), (1, 0), (0, 1), (0, 1), (0, 1), (1, 0), (1, 0)]
     [alone] = EngineThinker(InProcessReader(FusedRunner(model))).think([request])
     assert thoughts and alone is not None and thoughts[0].token_ids == alone.token_ids

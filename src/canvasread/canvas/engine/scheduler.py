@@ -21,7 +21,8 @@ costs a floor (streaming the active weights) plus its tokens, and cannot be
 cut short: every thought canvas in a pass (a whole 256-token block)
 lengthens the pass that a read waits on, or waits behind when it arrives
 mid-pass. On the H200 eight thoughts beside eight reading clients tripled
-the readers' p95. When no read has come for a pass, every thought steps.
+the readers' p95. Once no read has come for a while (`EngineCore.hold`),
+every thought steps.
 
 Even one thought's step in every reading pass, with its draw after, took
 the readers' p95 up 39% on the H200. So in passes that read, thoughts get a

@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
 from canvasread.canvas.engine.kvstore import KVStore
-from canvasread.canvas.engine.layout import PassLayout
+from canvasread.canvas.engine.layout import Attention, PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 # Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
@@ -93,6 +93,15 @@ class LayerStack:
     def device(self) -> torch.device:
         return torch.device(self.embed.weight.device)
 
+    @property
+    def attention(self) -> Attention:
+        """What a pass's layout needs to build its attention groups' masks."""
+        folds = {}
+        for kind in self.kinds:
+            heads, kv_heads, _ = _heads(self.layers[self.layer_types.index(kind)])
+            folds[kind] = heads // kv_heads
+        return Attention(folds, self.window, self.image_blocks, self.embed.weight.dtype, self.device)
+
     def kv_shapes(self) -> list[tuple[int, int]]:
         """Each layer's (kv_heads, head_dim): the KV store's layout."""
         return [_heads(layer)[1:] for layer in self.layers]
@@ -151,20 +160,17 @@ class LayerStack:
         out = views.attended[kind]
         for group in layout.groups:
             rows, new = group.queries.shape
-            gathered = query[group.queries].transpose(1, 2)
             all_keys = torch.cat([stored_keys[group.past], keys[group.queries]], dim=1).transpose(1, 2)
             all_values = torch.cat([stored_values[group.past], values[group.queries]], dim=1).transpose(1, 2)
-            # K/V repeated to the query heads: grouped-query SDPA with a mask takes the math kernel at head dim 512.
-            repeat = gathered.shape[1] // all_keys.shape[1]
             with sdpa_kernel(ATTENTION_KERNELS):
                 attended = F.scaled_dot_product_attention(
-                    gathered,
-                    all_keys.repeat_interleave(repeat, dim=1),
-                    all_values.repeat_interleave(repeat, dim=1),
+                    _fold(query[group.queries], all_keys.shape[1]),
+                    all_keys,
+                    all_values,
                     attn_mask=group.masks[kind],
                     scale=1.0,
                 )
-            flat = attended.transpose(1, 2).reshape(rows * new, attended.shape[1], attended.shape[-1])
+            flat = _unfold(attended, new).reshape(rows * new, *out.shape[1:])
             out.index_copy_(0, group.targets, flat.index_select(0, group.real))
 
     def post(self, index: int, views: Buffers) -> None:
@@ -185,6 +191,21 @@ def _heads(layer: Any) -> tuple[int, int, int]:
     attention = layer.self_attn
     dim = int(attention.head_dim)
     return attention.q_proj.out_features // dim, attention.k_proj.out_features // dim, dim
+
+
+def _fold(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """[rows, new, heads, dim] queries as [rows, kv_heads, fold * new, dim]: each key head's query heads stacked
+    along the query axis (head h reads key head h // fold, as grouped-query attention repeats keys)."""
+    rows, new, heads, dim = query.shape
+    fold = heads // kv_heads
+    return query.view(rows, new, kv_heads, fold, dim).permute(0, 2, 3, 1, 4).reshape(rows, kv_heads, fold * new, dim)
+
+
+def _unfold(attended: torch.Tensor, new: int) -> torch.Tensor:
+    """`_fold`'s layout back to [rows, new, heads, dim]."""
+    rows, kv_heads, stacked, dim = attended.shape
+    fold = stacked // new
+    return attended.view(rows, kv_heads, fold, new, dim).permute(0, 3, 1, 2, 4).reshape(rows, new, kv_heads * fold, dim)
 
 
 def _pre(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:

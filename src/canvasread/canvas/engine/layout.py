@@ -12,7 +12,7 @@ padded past, then its padded new tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +36,7 @@ class AttentionGroup:
     past: torch.Tensor  # [rows, past] store slots (padding points at slot 0)
     real: torch.Tensor  # indices into the [rows * new] gathered queries of the real ones (no boolean mask: no sync)
     targets: torch.Tensor  # flat indices of the real queries, in gathered order
-    masks: dict[str, torch.Tensor]  # per layer kind: [rows, 1, new, past + new]
+    masks: dict[str, torch.Tensor]  # per layer kind: additive, [rows, 1, fold * new, past + new]
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,20 @@ class PassLayout:
         return int(self.tokens.shape[0])
 
 
-def lay_out(
-    rows: Sequence[Row], *, bucket: int, kinds: Sequence[str], window: int, image_blocks: bool, device: torch.device
-) -> PassLayout:
-    """The flat layout of `rows` padded to `bucket` tokens, with masks for each layer kind in `kinds`."""
+@dataclass(frozen=True)
+class Attention:
+    """What a layout needs of the model's attention: each layer kind's fold (query heads per key head), the
+    sliding window, whether images attend both ways, and the masks' dtype and device."""
+
+    folds: Mapping[str, int]
+    window: int
+    image_blocks: bool
+    dtype: torch.dtype
+    device: torch.device
+
+
+def lay_out(rows: Sequence[Row], *, bucket: int, attention: Attention) -> PassLayout:
+    """The flat layout of `rows` padded to `bucket` tokens, with masks for each layer kind of `attention`."""
     starts, cursor = [], 0
     for row in rows:
         starts.append(cursor)
@@ -84,6 +94,7 @@ def lay_out(
             slots.append(row.write)
     empty = torch.zeros(0, dtype=torch.long)
     placed = list(zip(rows, starts, strict=True))
+    device = attention.device
     return PassLayout(
         tokens.to(device),
         positions.to(device),
@@ -92,10 +103,7 @@ def lay_out(
         torch.cat([empty, *written]).to(device),
         torch.cat([empty, *slots]).to(device),
         starts,
-        [
-            _group(rows, starts, members, kinds=kinds, window=window, image_blocks=image_blocks, device=device)
-            for members in _grouping(rows)
-        ],
+        [_group(rows, starts, members, attention) for members in _grouping(rows)],
         [(start + offset, features) for row, start in placed for offset, features in row.images],
         [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
     )
@@ -121,16 +129,7 @@ def _grouping(rows: Sequence[Row]) -> list[list[int]]:
     return groups
 
 
-def _group(
-    rows: Sequence[Row],
-    starts: Sequence[int],
-    members: Sequence[int],
-    *,
-    kinds: Sequence[str],
-    window: int,
-    image_blocks: bool,
-    device: torch.device,
-) -> AttentionGroup:
+def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], attention: Attention) -> AttentionGroup:
     chosen = [rows[b] for b in members]
     max_new = max(len(row.ids) for row in chosen)
     # Keys padded to a multiple of KEY_ALIGN (past slots at slot 0, masked): the memory-efficient kernel's mask
@@ -145,19 +144,21 @@ def _group(
         valid[g, : len(row.ids)] = True
     prompt = [0 if row.canvas else len(row.ids) for row in chosen]
     lengths = torch.tensor([[len(row.past) for row in chosen], prompt, [len(row.ids) for row in chosen]])
-    spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen] if image_blocks else []
+    spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen]
+    device = attention.device
     lengths = lengths.to(device)
-    masks = {
-        kind: attention_mask(
+    masks = {}
+    for kind, fold in attention.folds.items():
+        allowed = attention_mask(
             sliding=kind == "sliding_attention",
-            window=window,
+            window=attention.window,
             lengths=lengths,
             max_past=max_past,
             max_new=max_new,
-            image_spans=spans,
+            image_spans=spans if attention.image_blocks else [],
         )
-        for kind in kinds
-    }
+        additive = torch.zeros(allowed.shape, dtype=attention.dtype, device=device).masked_fill_(~allowed, -torch.inf)
+        masks[kind] = additive.repeat(1, 1, fold, 1)
     flat_valid = valid.reshape(-1)
     return AttentionGroup(
         queries.to(device),

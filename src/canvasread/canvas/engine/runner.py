@@ -69,14 +69,7 @@ class FusedRunner:
         """One pass over the layers for every row, padded to the smallest bucket that holds them all."""
         bucket = self.buckets.pad(sum(len(row.ids) for row in rows))
         stack = self.stack
-        layout = lay_out(
-            rows,
-            bucket=bucket,
-            kinds=stack.kinds,
-            window=stack.window,
-            image_blocks=stack.image_blocks,
-            device=stack.device,
-        )
+        layout = lay_out(rows, bucket=bucket, attention=stack.attention)
         views = self.buffers.view(bucket)
         stack.embed_into(layout, views)
         graphs = self.graphs.get(bucket) if self.graphs is not None else None

@@ -1,0 +1,239 @@
+"""Where a served pass's time goes: the engine as the server builds it (compiled pieces, CUDA graphs), no HTTP.
+
+Usage (on a GPU machine, from the repository root, after `source bench/gpu_setup.sh`):
+    python3 bench/gpu_pass_profile.py MODEL_FOLDER OUT_DIR [VARIANT ...]
+
+VARIANT is `served` (the default: the engine as `canvasread serve` builds it)
+or `experts-eager` (the same with the routed experts left out of the
+compiled pieces: ATen's kernels, still inside the CUDA graphs). Each variant
+warms a fresh engine on the one loaded model and gets a folder of its own.
+
+1. The pass floor: one pass of random canvas rows at each token bucket up to
+   2,048 (GPU-synchronised wall time, median of 10): what a pass costs by size.
+2. Reads as a server makes them (`fused_reader`, the server's default engine
+   settings, random weights): batch-1 `standard` and `mixed` reads (fresh
+   requests, median of 20) and a batch of 32 `standard` requests, each with
+   the engine's passes and tokens per read.
+3. torch.profiler over one batch-1 and one batch-32 `standard` read, with the
+   runner's stages labelled (layout, embedding, graph replays, attention,
+   head), so the tables split each read's wall time into host stages, and
+   GPU busy time against wall time says whether the pass waits on the host.
+   A Chrome trace of each is saved gzipped.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from canvasread.backends.base import never_gone
+from canvasread.canvas.engine import layers as layers_module
+from canvasread.canvas.engine import runner as runner_module
+from canvasread.canvas.engine.experts import routed_experts
+from canvasread.canvas.engine.factory import fused_reader
+from canvasread.canvas.engine.kvstore import KVStore
+from canvasread.canvas.engine.loader import load_checkpoint
+from canvasread.canvas.engine.reader import InProcessReader
+from canvasread.canvas.engine.rows import NO_PAST, Row
+from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.engine.works import ReadWork
+from canvasread.canvas.plan import Planner
+from canvasread.canvas.reader import CanvasRead
+from canvasread.canvas.tokenizer import HFTokenizer
+from canvasread.tools.bench import planned_reads, standard_body
+from canvasread.tools.mixed import mixed_body
+
+LABELLED = {"stack": ("embed_into", "attend"), "head": ("label_logprobs",), "runner": ("_piece",)}
+
+
+def synced_ms(call: Callable[[], object]) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1000.0
+
+
+def pass_floor(reader: InProcessReader) -> dict[str, float]:
+    """Median ms of one pass of canvas rows (at most 256 tokens each, no past) at each bucket up to 2,048."""
+    runner, vocab = reader.runner, reader.runner.head.vocab
+    scratch = KVStore(
+        runner.stack.kv_shapes(), pages=1, page=16, dtype=runner.stack.embed.weight.dtype, device=runner.stack.device
+    )
+    floor = {}
+    for bucket in [size for size in runner.buckets.tokens if size <= 2048]:
+        sizes = [256] * (bucket // 256) + [bucket % 256]
+        rows = [Row(NO_PAST, torch.randint(3, vocab, (n,)).tolist(), None, (0,), ((5, 6),)) for n in sizes if n]
+        times = [synced_ms(lambda r=rows: runner.run(r, scratch)) for _ in range(12)]  # type: ignore[misc]
+        floor[str(bucket)] = statistics.median(times[2:])
+        print("pass", bucket, round(floor[str(bucket)], 2), "ms", flush=True)
+    return floor
+
+
+class Fresh:
+    """Planned reads of request bodies never read before."""
+
+    def __init__(self, planner: Planner, vocab: int) -> None:
+        self.planner, self.vocab, self.next = planner, vocab, 50_000
+
+    def reads(self, count: int, make: Callable[[int], dict[str, Any]]) -> list[CanvasRead]:
+        bodies = [make(self.next + i) for i in range(count)]
+        self.next += count
+        return planned_reads(self.planner, bodies, self.vocab)
+
+
+def timed_reads(reader: InProcessReader, fresh: Fresh, make: Callable[[int], dict[str, Any]], size: int) -> dict:
+    """Median ms of reads of `size` fresh requests, with the engine's passes and tokens per read."""
+    before = dict(reader.counters())
+    times, runs = [], 20 if size == 1 else 6
+    for _ in range(runs):
+        batch = fresh.reads(size, make)
+        times.append(synced_ms(lambda b=batch: reader.read(b)))  # type: ignore[misc]
+    after = dict(reader.counters())
+    passes = (after["passes"] - before["passes"]) / runs
+    tokens = (after["pass_tokens"] - before["pass_tokens"]) / runs
+    result = {"p50_ms": statistics.median(times[2:]), "min_ms": min(times), "passes_per_read": passes}
+    result["tokens_per_read"] = tokens
+    print(make.__name__, size, json.dumps(result), flush=True)
+    return result
+
+
+@contextmanager
+def labelled(reader: InProcessReader) -> Iterator[None]:
+    """The runner's stages wrapped in profiler labels (instance attributes, removed afterwards)."""
+    runner = reader.runner
+    owners = {"stack": runner.stack, "head": runner.head, "runner": runner}
+    original_lay_out = runner_module.lay_out
+    for owner, names in LABELLED.items():
+        for name in names:
+            method = getattr(owners[owner], name)
+
+            def wrapped(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+                with torch.profiler.record_function(f"stage:{_name}"):
+                    return _method(*args, **kwargs)
+
+            setattr(owners[owner], name, wrapped)
+
+    def lay_out(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function("stage:lay_out"):
+            return original_lay_out(*args, **kwargs)
+
+    runner_module.lay_out = lay_out  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        runner_module.lay_out = original_lay_out
+        for owner, names in LABELLED.items():
+            for name in names:
+                delattr(owners[owner], name)
+
+
+def gpu_busy_ms(prof: Any) -> tuple[float, float]:
+    """(GPU busy ms, the union of kernel intervals; span ms from the first kernel's start to the last's end)."""
+    spans = sorted(
+        (event.time_range.start, event.time_range.end)
+        for event in prof.events()
+        if event.device_type == torch.autograd.DeviceType.CUDA
+    )
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy / 1000.0, (spans[-1][1] - spans[0][0]) / 1000.0 if spans else 0.0
+
+
+@torch.inference_mode()
+def on_this_thread(reader: InProcessReader, batch: list[CanvasRead]) -> None:
+    """The engine core's cycles for one read, run here (the profiler sees the thread that started it)."""
+    core = reader.loop.core
+    work = ReadWork(batch, never_gone)
+    core.cycle([work])
+    while not core.idle:
+        core.cycle([])
+    work.wait()
+
+
+def profiled(reader: InProcessReader, batch: list[CanvasRead], out: Path, name: str) -> dict[str, Any]:
+    with labelled(reader):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        ) as prof:
+            on_this_thread(reader, batch)
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - started) * 1000.0
+    averages = prof.key_averages()
+    stages = {
+        event.key: {"calls": event.count, "cpu_total_ms": event.cpu_time_total / 1000.0}
+        for event in averages
+        if event.key.startswith("stage:")
+    }
+    tables = averages.table(sort_by="cuda_time_total", row_limit=30)
+    tables += "\n\n" + averages.table(sort_by="self_cpu_time_total", row_limit=20)
+    (out / f"profile_{name}.txt").write_text(tables)
+    trace = out / f"trace_{name}.json"
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as source, gzip.open(f"{trace}.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    trace.unlink()
+    busy, span = gpu_busy_ms(prof)
+    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    result = {"wall_ms_profiled": wall, "gpu_busy_ms": busy, "gpu_span_ms": span, "kernels": kernels}
+    result["stages"] = stages
+    print(name, json.dumps(result), flush=True)
+    return result
+
+
+def measure(reader: InProcessReader, fresh: Fresh, out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = {"pass_floor_ms": pass_floor(reader)}
+    reader.read(fresh.reads(4, standard_body))  # the standard questions' prefix enters the cache
+    reader.read(fresh.reads(16, mixed_body))
+    report["standard_1"] = timed_reads(reader, fresh, standard_body, 1)
+    report["standard_32"] = timed_reads(reader, fresh, standard_body, 32)
+    report["mixed_1"] = timed_reads(reader, fresh, mixed_body, 1)
+    report["profile_standard_1"] = profiled(reader, fresh.reads(1, standard_body), out, "standard_1")
+    report["profile_standard_32"] = profiled(reader, fresh.reads(32, standard_body), out, "standard_32")
+    report["profile_mixed_1"] = profiled(reader, fresh.reads(1, mixed_body), out, "mixed_1")
+    report["counters"] = dict(reader.counters())
+    return report
+
+
+def main() -> None:
+    folder, out = sys.argv[1], Path(sys.argv[2])
+    variants = sys.argv[3:] or ["served"]
+    report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    started = time.perf_counter()
+    loaded = load_checkpoint(folder, random_init_std=0.02, experts="grouped_mm")
+    report["load_s"] = time.perf_counter() - started
+    tokenizer = HFTokenizer(loaded.tokenizer)
+    planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
+    fresh = Fresh(planner, tokenizer.vocab_size)
+    for name in variants:
+        if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
+            layers_module.routed_experts = torch.compiler.disable(routed_experts)
+        started = time.perf_counter()
+        reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm"))
+        print(name, "warmed in", round(time.perf_counter() - started), "s", flush=True)
+        (out / name).mkdir(parents=True, exist_ok=True)
+        report[name] = {"warm_up_s": time.perf_counter() - started, **measure(reader, fresh, out / name)}
+        (out / "pass_profile.json").write_text(json.dumps(report, indent=2) + "\n")
+        del reader
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

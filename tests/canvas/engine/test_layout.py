@@ -1,0 +1,45 @@
+"""A pass's layout: flat tokens, and attention groups whose masks are laid out for folded grouped-query heads."""
+
+from __future__ import annotations
+
+import torch
+
+from canvasread.canvas.engine.layout import Attention, lay_out
+from canvasread.canvas.engine.masks import attention_mask
+from canvasread.canvas.engine.rows import NO_PAST, Row
+
+ATTENTION = Attention(
+    folds={"sliding_attention": 2, "full_attention": 4},
+    window=8,
+    image_blocks=False,
+    dtype=torch.float32,
+    device=torch.device("cpu"),
+)
+
+
+def test_a_groups_mask_is_additive_and_repeated_once_per_folded_head() -> None:
+    prompt = Row(NO_PAST, list(range(3, 13)), write=torch.arange(10))
+    canvas = Row(torch.arange(10), list(range(20, 26)))
+    layout = lay_out([prompt, canvas], bucket=32, attention=ATTENTION)
+    assert layout.used == 16 and layout.size == 32
+    for group in layout.groups:
+        rows, new = group.queries.shape
+        for kind, fold in ATTENTION.folds.items():
+            mask = group.masks[kind]
+            keys = mask.shape[-1]
+            assert mask.shape == (rows, 1, fold * new, keys)
+            assert mask.dtype == torch.float32
+            first = mask[:, :, :new]
+            assert torch.equal(mask, first.repeat(1, 1, fold, 1))
+            assert set(first.unique().tolist()) <= {0.0, float("-inf")}
+
+
+def test_the_additive_mask_allows_exactly_what_the_boolean_mask_allows() -> None:
+    rows = [Row(torch.arange(5), list(range(3, 9))), Row(torch.arange(5), list(range(30, 34)))]
+    layout = lay_out(rows, bucket=16, attention=ATTENTION)
+    (group,) = layout.groups
+    new = group.queries.shape[1]
+    past = group.masks["full_attention"].shape[-1] - new
+    lengths = torch.tensor([[5, 5], [0, 0], [6, 4]])
+    allowed = attention_mask(sliding=False, window=8, lengths=lengths, max_past=past, max_new=new)
+    assert torch.equal(group.masks["full_attention"][:, :, :new] == 0, allowed)

@@ -11,6 +11,7 @@ under `serve --strict`.
 from __future__ import annotations
 
 import difflib
+import functools
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -52,8 +53,7 @@ def unknown_keys(value: Any, model: type[BaseModel], loc: Loc = ()) -> Iterator[
 
 def known_keys(model: type[BaseModel]) -> tuple[str, ...]:
     """The keys `model` reads: its fields' names and their validation aliases."""
-    names = [key for name, field in model.model_fields.items() for key in (name, *_aliases(field.validation_alias))]
-    return tuple(dict.fromkeys(names))
+    return tuple(_annotations_by_key(model))
 
 
 def near_miss(key: str, known: tuple[str, ...]) -> str | None:
@@ -65,10 +65,18 @@ def near_miss(key: str, known: tuple[str, ...]) -> str | None:
 
 def _field_named(model: type[BaseModel], key: str) -> Any:
     """The annotation of the field that reads `key` (None: no field does)."""
+    return _annotations_by_key(model).get(key)
+
+
+@functools.cache
+def _annotations_by_key(model: type[BaseModel]) -> dict[str, Any]:
+    """Each key `model` reads (field names, then their aliases) and its field's annotation; worked out once a
+    model, as every mapping of every request is checked against it."""
+    by_key: dict[str, Any] = {}
     for name, field in model.model_fields.items():
-        if key == name or key in _aliases(field.validation_alias):
-            return field.annotation
-    return None
+        for key in (name, *_aliases(field.validation_alias)):
+            by_key.setdefault(key, field.annotation)
+    return by_key
 
 
 def _aliases(alias: Any) -> tuple[str, ...]:

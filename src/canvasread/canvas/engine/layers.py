@@ -21,6 +21,7 @@ compare against it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,8 +151,16 @@ class LayerStack:
         views.keys[kind].copy_(keys)
         views.values[kind].copy_(values)
 
+    @staticmethod
+    def attending() -> AbstractContextManager[None]:
+        """The attention kernels `attend` may use, entered once a pass: each entry sets and restores the
+        backends' flags (about 10 us), and a pass attends once per layer and group."""
+        return sdpa_kernel(ATTENTION_KERNELS)
+
     def attend(self, index: int, views: Buffers, layout: PassLayout, store: KVStore) -> None:
-        """Write this layer's prompt keys to the store, then attend every group (eager: shapes follow the rows)."""
+        """Write this layer's prompt keys to the store, then attend every group (eager: shapes follow the rows).
+
+        Runs inside `attending()`."""
         kind = self.layer_types[index]
         query, keys, values = views.query[kind], views.keys[kind], views.values[kind]
         stored_keys, stored_values = store.keys[index], store.values[index]
@@ -162,14 +171,13 @@ class LayerStack:
             rows, new = group.queries.shape
             all_keys = torch.cat([stored_keys[group.past], keys[group.queries]], dim=1).transpose(1, 2)
             all_values = torch.cat([stored_values[group.past], values[group.queries]], dim=1).transpose(1, 2)
-            with sdpa_kernel(ATTENTION_KERNELS):
-                attended = F.scaled_dot_product_attention(
-                    _fold(query[group.queries], all_keys.shape[1]),
-                    all_keys,
-                    all_values,
-                    attn_mask=group.masks[kind],
-                    scale=1.0,
-                )
+            attended = F.scaled_dot_product_attention(
+                _fold(query[group.queries], all_keys.shape[1]),
+                all_keys,
+                all_values,
+                attn_mask=group.masks[kind],
+                scale=1.0,
+            )
             flat = _unfold(attended, new).reshape(rows * new, *out.shape[1:])
             out.index_copy_(0, group.targets, flat.index_select(0, group.real))
 

@@ -75,10 +75,11 @@ class FusedRunner:
         graphs = self.graphs.get(bucket) if self.graphs is not None else None
         if self.graphs is not None and graphs is None and self.ready:
             self.misses["not_captured"] += 1
-        for index in range(len(stack.layers)):
-            self._piece(stack.pre, index, views, graphs, 2 * index)
-            stack.attend(index, views, layout, store)
-            self._piece(stack.post, index, views, graphs, 2 * index + 1)
+        with stack.attending():
+            for index in range(len(stack.layers)):
+                self._piece(stack.pre, index, views, graphs, 2 * index)
+                stack.attend(index, views, layout, store)
+                self._piece(stack.post, index, views, graphs, 2 * index + 1)
         hidden = views.hidden
         slot_tokens = [start + p for row, start in zip(rows, layout.starts, strict=True) for p in row.slot_positions]
         logprobs = self.head.label_logprobs(hidden[slot_tokens], [ids for row in rows for ids in row.label_ids])

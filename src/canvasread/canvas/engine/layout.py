@@ -20,7 +20,8 @@ import torch
 from canvasread.canvas.engine.masks import attention_mask
 from canvasread.canvas.engine.rows import Row
 
-# Query-key pairs one attention group may hold (times the heads: its score tensor), about 1 GB in fp32 at 16 heads.
+# Query-key pairs one attention group may hold (times the heads: its score tensor), about 1 GB in fp32 at 16 heads;
+# its additive masks take the fold times that many elements per layer kind (256 MB in bf16 at a fold of 8).
 GROUP_PAIRS = 1 << 24
 # Keys per attention row are padded to a multiple of this (the memory-efficient kernel's mask alignment).
 KEY_ALIGN = 16

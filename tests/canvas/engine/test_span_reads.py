@@ -90,10 +90,23 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
             assert state.piece(*expected.best)[1:] in offsets, key
 
 
+def same_but_rounding(ours: Any, theirs: Any) -> bool:
+    """Equal, floats to 1e-6: the same values summed in another order by passes of other shapes."""
+    if isinstance(ours, float):
+        return ours == pytest.approx(theirs, abs=1e-6)
+    if isinstance(ours, dict):
+        return ours.keys() == theirs.keys() and all(same_but_rounding(ours[k], theirs[k]) for k in ours)
+    if isinstance(ours, list):
+        return len(ours) == len(theirs) and all(same_but_rounding(a, b) for a, b in zip(ours, theirs, strict=True))
+    return bool(ours == theirs)
+
+
 def test_the_same_seed_gives_the_same_pieces(tiny_thinking_decider: Decider) -> None:
+    """The first ask may encode the prompt and the second find it cached: their passes then hold other rows, so
+    probabilities may differ in fp32's last bits, but never a piece, a text or a choice."""
     both = tiny_thinking_decider.ask(STATE, QUESTIONS, seed=9)
     again = tiny_thinking_decider.ask(STATE, QUESTIONS, seed=9)
-    assert both["answers"] == again["answers"]
+    assert same_but_rounding(both["answers"], again["answers"]), (both["answers"], again["answers"])
     for key in ("who", "names"):
         check_pieces(STATE, both["answers"][key])  # type: ignore[arg-type,index]
 

@@ -9,7 +9,7 @@ from canvasread.canvas.engine.masks import attention_mask
 from canvasread.canvas.engine.rows import NO_PAST, Row
 
 ATTENTION = Attention(
-    folds={"sliding_attention": 2, "full_attention": 4},
+    heads={"sliding_attention": (4, 2), "full_attention": (4, 1)},
     window=8,
     image_blocks=False,
     dtype=torch.float32,
@@ -24,7 +24,8 @@ def test_a_groups_mask_is_additive_and_repeated_once_per_folded_head() -> None:
     assert layout.used == 16 and layout.size == 32
     for group in layout.groups:
         rows, new = group.queries.shape
-        for kind, fold in ATTENTION.folds.items():
+        for kind, (heads, kv_heads) in ATTENTION.heads.items():
+            fold = heads // kv_heads
             mask = group.masks[kind]
             keys = mask.shape[-1]
             assert mask.shape == (rows, 1, fold * new, keys)

@@ -97,11 +97,8 @@ class LayerStack:
     @property
     def attention(self) -> Attention:
         """What a pass's layout needs to build its attention groups' masks."""
-        folds = {}
-        for kind in self.kinds:
-            heads, kv_heads, _ = _heads(self.layers[self.layer_types.index(kind)])
-            folds[kind] = heads // kv_heads
-        return Attention(folds, self.window, self.image_blocks, self.embed.weight.dtype, self.device)
+        heads = {kind: _heads(self.layers[self.layer_types.index(kind)])[:2] for kind in self.kinds}
+        return Attention(heads, self.window, self.image_blocks, self.embed.weight.dtype, self.device)
 
     def kv_shapes(self) -> list[tuple[int, int]]:
         """Each layer's (kv_heads, head_dim): the KV store's layout."""
@@ -166,20 +163,15 @@ class LayerStack:
         stored_keys, stored_values = store.keys[index], store.values[index]
         stored_keys.index_copy_(0, layout.slots, keys.index_select(0, layout.written))
         stored_values.index_copy_(0, layout.slots, values.index_select(0, layout.written))
-        out = views.attended[kind]
+        query_rows = query.view(-1, query.shape[-1])  # [tokens * heads, dim]: what `group.folded` indexes
+        out_rows = views.attended[kind].view(-1, query.shape[-1])
         for group in layout.groups:
-            rows, new = group.queries.shape
             all_keys = torch.cat([stored_keys[group.past], keys[group.queries]], dim=1).transpose(1, 2)
             all_values = torch.cat([stored_values[group.past], values[group.queries]], dim=1).transpose(1, 2)
             attended = F.scaled_dot_product_attention(
-                _fold(query[group.queries], all_keys.shape[1]),
-                all_keys,
-                all_values,
-                attn_mask=group.masks[kind],
-                scale=1.0,
+                query_rows[group.folded[kind]], all_keys, all_values, attn_mask=group.masks[kind], scale=1.0
             )
-            flat = _unfold(attended, new).reshape(rows * new, *out.shape[1:])
-            out.index_copy_(0, group.targets, flat.index_select(0, group.real))
+            out_rows.index_copy_(0, group.targets[kind], attended[group.picks[kind]])
 
     def post(self, index: int, views: Buffers) -> None:
         kind = self.layer_types[index]
@@ -199,21 +191,6 @@ def _heads(layer: Any) -> tuple[int, int, int]:
     attention = layer.self_attn
     dim = int(attention.head_dim)
     return attention.q_proj.out_features // dim, attention.k_proj.out_features // dim, dim
-
-
-def _fold(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """[rows, new, heads, dim] queries as [rows, kv_heads, fold * new, dim]: each key head's query heads stacked
-    along the query axis (head h reads key head h // fold, as grouped-query attention repeats keys)."""
-    rows, new, heads, dim = query.shape
-    fold = heads // kv_heads
-    return query.view(rows, new, kv_heads, fold, dim).permute(0, 2, 3, 1, 4).reshape(rows, kv_heads, fold * new, dim)
-
-
-def _unfold(attended: torch.Tensor, new: int) -> torch.Tensor:
-    """`_fold`'s layout back to [rows, new, heads, dim]."""
-    rows, kv_heads, stacked, dim = attended.shape
-    fold = stacked // new
-    return attended.view(rows, kv_heads, fold, new, dim).permute(0, 3, 1, 2, 4).reshape(rows, new, kv_heads * fold, dim)
 
 
 def _pre(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:

@@ -31,13 +31,16 @@ GROUP_SLACK = 1 << 12
 
 @dataclass(frozen=True)
 class AttentionGroup:
-    """Rows attended together: where their queries are in the flat pass, their past slots, and their masks."""
+    """Rows attended together: where their tokens are in the flat pass, their past slots, and, per layer kind,
+    their masks and where each query head's rows go in and come out in the folded layout."""
 
     queries: torch.Tensor  # [rows, new] flat token indices (padding points at token 0)
     past: torch.Tensor  # [rows, past] store slots (padding points at slot 0)
-    real: torch.Tensor  # indices into the [rows * new] gathered queries of the real ones (no boolean mask: no sync)
-    targets: torch.Tensor  # flat indices of the real queries, in gathered order
     masks: dict[str, torch.Tensor]  # per layer kind: additive, [rows, 1, fold * new, past + new]
+    folded: dict[str, torch.Tensor]  # per kind: [rows, kv_heads, fold * new] rows of the pass's [tokens * heads]
+    picks: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kind: the real queries' (row, key
+    # head, folded position) in the attention's output (index tensors: no boolean mask, no sync)
+    targets: dict[str, torch.Tensor]  # per kind: their rows of the pass's [tokens * heads]
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,10 @@ class PassLayout:
 
 @dataclass(frozen=True)
 class Attention:
-    """What a layout needs of the model's attention: each layer kind's fold (query heads per key head), the
-    sliding window, whether images attend both ways, and the masks' dtype and device."""
+    """What a layout needs of the model's attention: each layer kind's (query heads, key heads), the sliding
+    window, whether images attend both ways, and the masks' dtype and device."""
 
-    folds: Mapping[str, int]
+    heads: Mapping[str, tuple[int, int]]
     window: int
     image_blocks: bool
     dtype: torch.dtype
@@ -148,8 +151,8 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
     spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen]
     device = attention.device
     lengths = lengths.to(device)
-    masks = {}
-    for kind, fold in attention.folds.items():
+    masks, folded, picks, targets = {}, {}, {}, {}
+    for kind, (heads, kv_heads) in attention.heads.items():
         allowed = attention_mask(
             sliding=kind == "sliding_attention",
             window=attention.window,
@@ -159,12 +162,23 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
             image_spans=spans if attention.image_blocks else [],
         )
         additive = torch.zeros(allowed.shape, dtype=attention.dtype, device=device).masked_fill_(~allowed, -torch.inf)
-        masks[kind] = additive.repeat(1, 1, fold, 1)
-    flat_valid = valid.reshape(-1)
-    return AttentionGroup(
-        queries.to(device),
-        past.to(device),
-        flat_valid.nonzero().squeeze(1).to(device),
-        queries.reshape(-1)[flat_valid].to(device),
-        masks,
-    )
+        masks[kind] = additive.repeat(1, 1, heads // kv_heads, 1)
+        indices = _head_rows(queries, valid, heads, kv_heads)
+        folded[kind] = indices[0].to(device)
+        picks[kind] = (indices[1].to(device), indices[2].to(device), indices[3].to(device))
+        targets[kind] = indices[4].to(device)
+    return AttentionGroup(queries.to(device), past.to(device), masks, folded, picks, targets)
+
+
+def _head_rows(queries: torch.Tensor, valid: torch.Tensor, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+    """For queries [rows, new] (flat tokens; `valid`: real) of `heads` query heads over `kv_heads` key heads:
+    the rows of the pass's [tokens * heads] queries in the folded layout [rows, kv_heads, fold * new] (query head
+    g * fold + f of token i at (g, f * new + i)), then the real queries' (row, key head, folded position) in it
+    and the [tokens * heads] rows they go back to."""
+    rows, new = queries.shape
+    fold = heads // kv_heads
+    head = torch.arange(kv_heads)[:, None] * fold + torch.arange(fold)  # [kv_heads, fold]
+    every = queries[:, None, None, :] * heads + head[None, :, :, None]  # [rows, kv_heads, fold, new]
+    row, key_head, within, token = valid[:, None, None, :].expand(rows, kv_heads, fold, new).nonzero(as_tuple=True)
+    position = within * new + token
+    return every.reshape(rows, kv_heads, fold * new), row, key_head, position, every[row, key_head, within, token]

@@ -8,6 +8,12 @@ each group gathers its rows' queries from the flat tokens and their keys
 from the store (the past, by slot) and from the pass (their own tokens). The
 masks are `masks.attention_mask`'s, with each row's keys laid out as its
 padded past, then its padded new tokens.
+
+Grouped-query attention runs folded: each key head's query heads are
+stacked along the query axis, so keys and values are never copied per query
+head. A group carries, per layer kind, the rows of the pass's queries in that
+layout, where its real queries come back out, and its mask laid out for it,
+additive (0 or -inf in the model's dtype), so no layer converts it again.
 """
 
 from __future__ import annotations

@@ -169,14 +169,16 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
         )
         additive = torch.zeros(allowed.shape, dtype=attention.dtype, device=device).masked_fill_(~allowed, -torch.inf)
         masks[kind] = additive.repeat(1, 1, heads // kv_heads, 1)
-        indices = _head_rows(queries, valid, heads, kv_heads)
-        folded[kind] = indices[0].to(device)
-        picks[kind] = (indices[1].to(device), indices[2].to(device), indices[3].to(device))
-        targets[kind] = indices[4].to(device)
+        rows_in, in_row, key_head, position, rows_out = _head_rows(queries, valid, heads, kv_heads)
+        folded[kind] = rows_in.to(device)
+        picks[kind] = (in_row.to(device), key_head.to(device), position.to(device))
+        targets[kind] = rows_out.to(device)
     return AttentionGroup(queries.to(device), past.to(device), masks, folded, picks, targets)
 
 
-def _head_rows(queries: torch.Tensor, valid: torch.Tensor, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+def _head_rows(
+    queries: torch.Tensor, valid: torch.Tensor, heads: int, kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """For queries [rows, new] (flat tokens; `valid`: real) of `heads` query heads over `kv_heads` key heads:
     the rows of the pass's [tokens * heads] queries in the folded layout [rows, kv_heads, fold * new] (query head
     g * fold + f of token i at (g, f * new + i)), then the real queries' (row, key head, folded position) in it

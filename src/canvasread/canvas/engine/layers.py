@@ -80,25 +80,25 @@ class LayerStack:
         self.self_conditioning = model.model.decoder.self_conditioning
         self.layer_types: list[str] = list(text.config.layer_types)
         self.kinds = sorted(set(self.layer_types))
-        self.window = int(text.config.sliding_window)
         self.fp8: list[Fp8Experts | None] = [
             Fp8Experts.of(layer.experts) if fp8_experts else None for layer in self.layers
         ]
         self.compiled = bool(compile)
         self._pre: Callable[..., QKV] = torch.compile(_pre, backend=compile) if compile else _pre
         self._post: Callable[..., torch.Tensor] = torch.compile(_post, backend=compile) if compile else _post
-        # The real config's "vision": an image's soft tokens attend to each other both ways.
-        self.image_blocks = getattr(text.config, "use_bidirectional_attention", None) == "vision"
+        # What a pass's layout needs to build its attention groups; the real config's "vision": an image's soft
+        # tokens attend to each other both ways.
+        self.attention = Attention(
+            {kind: _heads(self.layers[self.layer_types.index(kind)])[:2] for kind in self.kinds},
+            int(text.config.sliding_window),
+            getattr(text.config, "use_bidirectional_attention", None) == "vision",
+            self.embed.weight.dtype,
+            self.device,
+        )
 
     @property
     def device(self) -> torch.device:
         return torch.device(self.embed.weight.device)
-
-    @property
-    def attention(self) -> Attention:
-        """What a pass's layout needs to build its attention groups' masks."""
-        heads = {kind: _heads(self.layers[self.layer_types.index(kind)])[:2] for kind in self.kinds}
-        return Attention(heads, self.window, self.image_blocks, self.embed.weight.dtype, self.device)
 
     def kv_shapes(self) -> list[tuple[int, int]]:
         """Each layer's (kv_heads, head_dim): the KV store's layout."""

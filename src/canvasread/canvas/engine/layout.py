@@ -154,7 +154,8 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
         valid[g, : len(row.ids)] = True
     prompt = [0 if row.canvas else len(row.ids) for row in chosen]
     lengths = torch.tensor([[len(row.past) for row in chosen], prompt, [len(row.ids) for row in chosen]])
-    spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen]
+    both_ways = attention.image_blocks
+    spans = [[(offset, len(features)) for offset, features in row.images] for row in chosen] if both_ways else []
     device = attention.device
     lengths = lengths.to(device)
     masks, folded, picks, targets = {}, {}, {}, {}
@@ -165,7 +166,7 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
             lengths=lengths,
             max_past=max_past,
             max_new=max_new,
-            image_spans=spans if attention.image_blocks else [],
+            image_spans=spans,
         )
         additive = torch.zeros(allowed.shape, dtype=attention.dtype, device=device).masked_fill_(~allowed, -torch.inf)
         masks[kind] = additive.repeat(1, 1, heads // kv_heads, 1)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_runner import Requests, timed_ms
 
 from canvasread.backends.base import never_gone
 from canvasread.canvas.engine import layers as layers_module
@@ -51,18 +52,10 @@ from canvasread.canvas.engine.works import ReadWork
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import planned_reads, standard_body
+from canvasread.tools.bench import standard_body
 from canvasread.tools.mixed import mixed_body
 
 LABELLED = {"stack": ("embed_into", "attend"), "head": ("label_logprobs",), "runner": ("_piece",)}
-
-
-def synced_ms(call: Callable[[], object]) -> float:
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) * 1000.0
 
 
 def pass_floor(reader: InProcessReader) -> dict[str, float]:
@@ -75,31 +68,19 @@ def pass_floor(reader: InProcessReader) -> dict[str, float]:
     for bucket in [size for size in runner.buckets.tokens if size <= 2048]:
         sizes = [256] * (bucket // 256) + [bucket % 256]
         rows = [Row(NO_PAST, torch.randint(3, vocab, (n,)).tolist(), None, (0,), ((5, 6),)) for n in sizes if n]
-        times = [synced_ms(lambda r=rows: runner.run(r, scratch)) for _ in range(12)]  # type: ignore[misc]
+        times = [timed_ms(lambda r=rows: runner.run(r, scratch)) for _ in range(12)]  # type: ignore[misc]
         floor[str(bucket)] = statistics.median(times[2:])
         print("pass", bucket, round(floor[str(bucket)], 2), "ms", flush=True)
     return floor
 
 
-class Fresh:
-    """Planned reads of request bodies never read before."""
-
-    def __init__(self, planner: Planner, vocab: int) -> None:
-        self.planner, self.vocab, self.next = planner, vocab, 50_000
-
-    def reads(self, count: int, make: Callable[[int], dict[str, Any]]) -> list[CanvasRead]:
-        bodies = [make(self.next + i) for i in range(count)]
-        self.next += count
-        return planned_reads(self.planner, bodies, self.vocab)
-
-
-def timed_reads(reader: InProcessReader, fresh: Fresh, make: Callable[[int], dict[str, Any]], size: int) -> dict:
+def timed_reads(reader: InProcessReader, fresh: Requests, make: Callable[[int], dict[str, Any]], size: int) -> dict:
     """Median ms of reads of `size` fresh requests, with the engine's passes and tokens per read."""
     before = dict(reader.counters())
     times, runs = [], 20 if size == 1 else 6
     for _ in range(runs):
         batch = fresh.reads(size, make)
-        times.append(synced_ms(lambda b=batch: reader.read(b)))  # type: ignore[misc]
+        times.append(timed_ms(lambda b=batch: reader.read(b)))  # type: ignore[misc]
     after = dict(reader.counters())
     passes = (after["passes"] - before["passes"]) / runs
     tokens = (after["pass_tokens"] - before["pass_tokens"]) / runs
@@ -199,7 +180,7 @@ def profiled(reader: InProcessReader, batch: list[CanvasRead], out: Path, name: 
     return result
 
 
-def measure(reader: InProcessReader, fresh: Fresh, out: Path) -> dict[str, Any]:
+def measure(reader: InProcessReader, fresh: Requests, out: Path) -> dict[str, Any]:
     report: dict[str, Any] = {"pass_floor_ms": pass_floor(reader)}
     reader.read(fresh.reads(4, standard_body))  # the standard questions' prefix enters the cache
     reader.read(fresh.reads(16, mixed_body))
@@ -222,7 +203,7 @@ def main() -> None:
     report["load_s"] = time.perf_counter() - started
     tokenizer = HFTokenizer(loaded.tokenizer)
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
-    fresh = Fresh(planner, tokenizer.vocab_size)
+    fresh = Requests(planner, tokenizer.vocab_size)
     for name in variants:
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)

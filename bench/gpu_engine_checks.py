@@ -3,11 +3,12 @@
 Usage: PYTHONPATH=src python3 bench/gpu_engine_checks.py MODEL_FOLDER OUT.json
 
 1. Graphed later steps (full-size model, random weights, bf16, compiled pieces): a later step is a pass whose
-   self-conditioning signal is an input. The same pass with the same signal, replayed from CUDA graphs and run
-   from the same compiled pieces without graphs, must agree (target 1e-5 in the probabilities; log-probabilities
-   are compared where a label holds more than 1e-3 of the mass, bf16's tail being whole nats wide), and the
-   signal must move the answer (a graph that had captured a constant signal would not). Whole `steps: 4` reads
-   are compared too; their draws follow the logits, so rounding can move a sample: reported, not held.
+   self-conditioning signal is an input. The same pass with the same signal, replayed from CUDA graphs (a flat
+   pass's whole graph), run from the same compiled pieces without graphs, and attending in groups, must agree
+   (target 1e-5 in the probabilities; log-probabilities are compared where a label holds more than 1e-3 of the
+   mass, bf16's tail being whole nats wide), and the signal must move the answer (a graph that had captured a
+   constant signal would not). Whole `steps: 4` reads are compared too; their draws follow the logits, so
+   rounding can move a sample: reported, not held.
 2. Thoughts (the full-width config cut to 4 layers, fp32): `EngineThinker` against transformers' `generate`
    (`GenerateThinker`) for the same prompts and seeds, token for token; and one full-size bf16 `think: 32`
    written alone, timed.
@@ -57,15 +58,13 @@ def probabilities(results: list[Any]) -> list[float]:
     return [p for result in results for slot in result for p in torch.tensor(slot.label_logprobs).exp().tolist()]
 
 
-def signalled_pass(runner: FusedRunner, signal: torch.Tensor | None, seed: int = 0) -> list[float]:
+def signalled_pass(runner: FusedRunner, store: KVStore, signal: torch.Tensor | None, seed: int = 0) -> list[float]:
     """One pass of a prompt row and a canvas row self-conditioned on `signal` (a later step's input): the canvas
-    row's label log-probabilities. Fixed ids from `seed`, a fresh store each time."""
+    row's label log-probabilities. Fixed ids from `seed`; the prompt is written to the same slots of `store`."""
     generator = torch.Generator().manual_seed(seed)
     vocab = runner.head.vocab
     prompt = torch.randint(3, vocab, (200,), generator=generator).tolist()
     canvas = torch.randint(3, vocab, (32,), generator=generator).tolist()
-    stack = runner.stack
-    store = KVStore(stack.kv_shapes(), pages=16, page=16, dtype=stack.embed.weight.dtype, device=stack.device)
     slots = torch.arange(len(prompt), dtype=torch.int64)
     labels = tuple((5 + k, 6 + k, 7 + k) for k in range(4))
     rows = [
@@ -77,19 +76,31 @@ def signalled_pass(runner: FusedRunner, signal: torch.Tensor | None, seed: int =
 
 def graphed_steps(loaded: Any, reads: list[CanvasRead]) -> dict[str, Any]:
     """A later step is a pass whose self-conditioning signal is an input: the same pass with the same signal,
-    replayed from graphs and run without them (the same compiled pieces), must agree; a constant captured in the
-    graph would show as the signal changing nothing. Also whole 4-step reads (each step's draws follow its
-    logits, so bf16 rounding can move a sample and everything after it: reported, not held to 1e-5)."""
-    runners = {}
-    for name, graphs, compiled in (("graphs", True, "inductor"), ("compiled", False, "inductor")):
-        runner = FusedRunner(loaded.model, cuda_graphs=graphs, compile=compiled, buckets=CHECK_BUCKETS)
+    replayed from graphs (the pass is small: one flat pass's whole graph) and run without them (the same
+    compiled pieces), must agree; a constant captured in the graph would show as the signal changing nothing.
+    The same pass attending in groups (piecewise graphs between eager attention) must agree too. Also whole
+    4-step reads (each step's draws follow its logits, so bf16 rounding can move a sample and everything after
+    it: reported, not held to 1e-5)."""
+    runners, stores = {}, {}
+    variants = (
+        ("graphs", True, CHECK_BUCKETS),
+        ("compiled", False, CHECK_BUCKETS),
+        ("grouped", True, replace(CHECK_BUCKETS, flat_tokens=0)),
+    )
+    for name, graphs, buckets in variants:
+        runner = FusedRunner(loaded.model, cuda_graphs=graphs, compile="inductor", buckets=buckets)
         runner.warm_up()
+        stack = runner.stack
+        stores[name] = KVStore(stack.kv_shapes(), pages=16, page=16, dtype=stack.embed.weight.dtype, device=DEVICE)
+        runner.capture_flat(stores[name])
         runners[name] = runner
     width = loaded.model.config.text_config.hidden_size
     signal = torch.randn(32, width, generator=torch.Generator().manual_seed(1)).to(DEVICE, torch.bfloat16) * 0.05
-    graphed = signalled_pass(runners["graphs"], signal)
-    plain = signalled_pass(runners["compiled"], signal)
-    unsignalled = signalled_pass(runners["graphs"], None)
+    graphed = signalled_pass(runners["graphs"], stores["graphs"], signal)
+    plain = signalled_pass(runners["compiled"], stores["compiled"], signal)
+    grouped = signalled_pass(runners["grouped"], stores["grouped"], signal)
+    unsignalled = signalled_pass(runners["graphs"], stores["graphs"], None)
+    flat_replays = runners["graphs"].counters().get("graph_replays", 0)
     reads_graphed = probabilities(InProcessReader(runners["graphs"], cache_bytes=4 << 30).read(reads))
     reads_plain = probabilities(InProcessReader(runners["compiled"], cache_bytes=4 << 30).read(reads))
     held = [(a, b) for a, b in zip(graphed, plain, strict=True) if max(a, b) > MEANINGFUL_LOGPROB]
@@ -99,6 +110,10 @@ def graphed_steps(loaded: Any, reads: list[CanvasRead]) -> dict[str, Any]:
             abs(math.exp(a) - math.exp(b)) for a, b in zip(graphed, plain, strict=True)
         ),
         "signalled_pass_max_abs_logprob_diff_above_1e-3": max((abs(a - b) for a, b in held), default=0.0),
+        "flat_against_grouped_max_abs_probability_diff": max(
+            abs(math.exp(a) - math.exp(b)) for a, b in zip(graphed, grouped, strict=True)
+        ),
+        "graph_replays_of_the_signalled_passes": flat_replays,
         "signalled_pass_labels": len(graphed),
         "signalled_pass_labels_above_1e-3": len(held),
         "signal_moves_logprobs_by": max(abs(a - b) for a, b in zip(graphed, unsignalled, strict=True)),
@@ -106,6 +121,7 @@ def graphed_steps(loaded: Any, reads: list[CanvasRead]) -> dict[str, Any]:
             abs(a - b) for a, b in zip(reads_graphed, reads_plain, strict=True)
         ),
         "graph_replays": runners["graphs"].counters().get("graph_replays", 0),
+        "flat_passes": runners["graphs"].counters()["flat_passes"],
         "reads": len(reads),
     }
 

@@ -3,10 +3,12 @@
 Usage (on a GPU machine, from the repository root, after `source bench/gpu_setup.sh`):
     python3 bench/gpu_pass_profile.py MODEL_FOLDER OUT_DIR [VARIANT ...]
 
-VARIANT is `served` (the default: the engine as `canvasread serve` builds it)
-or `experts-eager` (the same with the routed experts left out of the
-compiled pieces: ATen's kernels, still inside the CUDA graphs). Each variant
-warms a fresh engine on the one loaded model and gets a folder of its own.
+VARIANT is `served` (the default: the engine as `canvasread serve` builds it),
+`grouped` (the same with no flat passes: every pass attends in groups, its
+layers' pieces replayed between eager attention, as before flat passes) or
+`experts-eager` (the routed experts left out of the compiled pieces: ATen's
+kernels, still inside the CUDA graphs). Each variant warms a fresh engine on
+the one loaded model and gets a folder of its own.
 
 1. The pass floor: one pass of random canvas rows at each token bucket up to
    2,048 (GPU-synchronised wall time, median of 10): what a pass costs by size.
@@ -43,11 +45,10 @@ from canvasread.canvas.engine import layers as layers_module
 from canvasread.canvas.engine import runner as runner_module
 from canvasread.canvas.engine.experts import routed_experts
 from canvasread.canvas.engine.factory import fused_reader
-from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.loader import load_checkpoint
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.rows import NO_PAST, Row
-from canvasread.canvas.engine.settings import EngineSettings
+from canvasread.canvas.engine.settings import Buckets, EngineSettings
 from canvasread.canvas.engine.works import ReadWork
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
@@ -55,20 +56,22 @@ from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.tools.bench import standard_body
 from canvasread.tools.mixed import mixed_body
 
-LABELLED = {"stack": ("embed_into", "attend"), "head": ("label_logprobs",), "runner": ("_piece",)}
+LABELLED = {
+    "stack": ("embed_into", "attend", "attend_flat"),
+    "head": ("label_logprobs",),
+    "runner": ("_piece", "_flat"),
+}
 
 
 def pass_floor(reader: InProcessReader) -> dict[str, float]:
-    """Median ms of one pass of canvas rows (at most 256 tokens each, no past) at each bucket up to 2,048."""
+    """Median ms of one pass of canvas rows (at most 256 tokens each, no past) at each bucket up to 2,048, over
+    the reader's store (canvas rows write only to its scratch slot; the flat passes' graphs use that store)."""
     runner, vocab = reader.runner, reader.runner.head.vocab
-    scratch = KVStore(
-        runner.stack.kv_shapes(), pages=1, page=16, dtype=runner.stack.embed.weight.dtype, device=runner.stack.device
-    )
     floor = {}
     for bucket in [size for size in runner.buckets.tokens if size <= 2048]:
         sizes = [256] * (bucket // 256) + [bucket % 256]
         rows = [Row(NO_PAST, torch.randint(3, vocab, (n,)).tolist(), None, (0,), ((5, 6),)) for n in sizes if n]
-        times = [timed_ms(lambda r=rows: runner.run(r, scratch)) for _ in range(12)]  # type: ignore[misc]
+        times = [timed_ms(lambda r=rows: runner.run(r, reader.store)) for _ in range(12)]  # type: ignore[misc]
         floor[str(bucket)] = statistics.median(times[2:])
         print("pass", bucket, round(floor[str(bucket)], 2), "ms", flush=True)
     return floor
@@ -208,7 +211,8 @@ def main() -> None:
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)
         started = time.perf_counter()
-        reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm"))
+        buckets = Buckets(flat_tokens=0) if name == "grouped" else Buckets()
+        reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm", buckets=buckets))
         print(name, "warmed in", round(time.perf_counter() - started), "s", flush=True)
         (out / name).mkdir(parents=True, exist_ok=True)
         report[name] = {"warm_up_s": time.perf_counter() - started, **measure(reader, fresh, out / name)}

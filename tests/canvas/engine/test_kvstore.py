@@ -74,3 +74,11 @@ def test_a_prompt_larger_than_the_free_store_is_refused() -> None:
     with pytest.raises(StoreFull):
         kv.allocate(None, 9)
     assert kv.free_pages == 2
+
+
+def test_the_scratch_slot_is_past_every_page_and_never_handed_out() -> None:
+    kv = store(pages=2, page=4)
+    assert kv.scratch == 8 and all(keys.shape[0] == 9 for keys in kv.keys)
+    slots = [kv.allocate(None, 4).slots for _ in range(2)]
+    assert kv.scratch not in torch.cat(slots).tolist()
+    assert not kv.keys[0][kv.scratch].any()  # zeroed: padding reads it, so it must be finite

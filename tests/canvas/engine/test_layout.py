@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from canvasread.canvas.engine.layout import Attention, lay_out
+from canvasread.canvas.engine.layout import Attention, flat_masks, lay_out
 from canvasread.canvas.engine.masks import attention_mask
 from canvasread.canvas.engine.rows import NO_PAST, Row
 
@@ -44,3 +44,24 @@ def test_the_additive_mask_allows_exactly_what_the_boolean_mask_allows() -> None
     lengths = torch.tensor([[5, 5], [0, 0], [6, 4]])
     allowed = attention_mask(sliding=False, window=8, lengths=lengths, max_past=past, max_new=new)
     assert torch.equal(group.masks["full_attention"][:, :, :new] == 0, allowed)
+
+
+def test_a_flat_layout_has_its_buckets_shapes_and_writes_what_no_prompt_keeps_to_the_scratch_slot() -> None:
+    scratch = 999
+    prompt = Row(torch.arange(4), list(range(3, 9)), write=torch.arange(40, 46))
+    canvas = Row(torch.arange(10, 13), list(range(20, 25)))
+    layout = lay_out([prompt, canvas], bucket=16, attention=ATTENTION, flat=(32, scratch))
+    assert layout.groups == [] and layout.flat is not None
+    past, tokens = layout.flat.past, layout.flat.tokens
+    assert past.shape == (3, 32) and tokens.shape == (5, 16)
+    assert past[0, :7].tolist() == [0, 1, 2, 3, 10, 11, 12] and set(past[0, 7:].tolist()) == {scratch}
+    assert past[1].tolist() == [0] * 4 + [1] * 3 + [-1] * 25
+    assert past[2, :7].tolist() == [0, 1, 2, 3, 0, 1, 2]
+    assert tokens[0].tolist() == [0] * 6 + [1] * 5 + [-1] * 5
+    assert tokens[1, :11].tolist() == [4, 5, 6, 7, 8, 9, 3, 4, 5, 6, 7]
+    assert tokens[2, :11].tolist() == [10] * 6 + [3] * 5  # a prompt's total counts its new tokens, a canvas's not
+    assert tokens[3].tolist() == [1] * 6 + [0] * 10
+    assert tokens[4].tolist() == list(range(40, 46)) + [scratch] * 10
+    masks = flat_masks(layout.flat, ATTENTION)
+    for kind, (heads, kv_heads) in ATTENTION.heads.items():
+        assert masks[kind].shape == (1, 1, heads // kv_heads * 16, 48)

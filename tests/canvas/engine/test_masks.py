@@ -12,7 +12,7 @@ import torch
 from transformers import DynamicCache
 from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaEncoderModel
 
-from canvasread.canvas.engine.masks import attention_mask
+from canvasread.canvas.engine.masks import attention_mask, flat_mask
 from canvasread.tools.checkpoints import tiny_config
 
 PROMPT = 120
@@ -74,3 +74,44 @@ def test_without_image_spans_the_masks_are_causal_and_differ() -> None:
         )[0, 0]
         assert not torch.equal(causal, theirs[0, 0])
         assert torch.equal(causal, generation_masks(())[kind][0, 0])
+
+
+@pytest.mark.parametrize("sliding", [False, True], ids=["full", "sliding"])
+def test_a_flat_mask_allows_for_each_row_what_its_group_mask_allows(sliding: bool) -> None:
+    """Three rows in one flat pass (a prompt continuing a cached prefix, a canvas over the same prompt, a canvas
+    with no past) against each row's own group mask: the same keys, none of another row's, padding on itself."""
+    window = 6
+    rows = [(5, 7, True), (12, 4, False), (0, 3, False)]  # (cached keys, new tokens, prompt)
+    bucket, past_bucket = 16, 32
+    tokens = torch.tensor([[-1], [0], [0], [0]]).repeat(1, bucket)
+    past = torch.tensor([[-1], [0]]).repeat(1, past_bucket)
+    start = cursor = 0
+    for number, (cached, new, prompt) in enumerate(rows):
+        tokens[:, start : start + new] = torch.stack(
+            [
+                torch.full((new,), number),
+                torch.arange(cached, cached + new),
+                torch.full((new,), cached + (new if prompt else 0)),
+                torch.full((new,), int(prompt)),
+            ]
+        )
+        past[:, cursor : cursor + cached] = torch.stack([torch.full((cached,), number), torch.arange(cached)])
+        start, cursor = start + new, cursor + cached
+    flat = flat_mask(past=past, tokens=tokens, sliding=sliding, window=window)
+    assert flat.shape == (bucket, past_bucket + bucket)
+    start = cursor = 0
+    for number, (cached, new, prompt) in enumerate(rows):
+        group = attention_mask(
+            sliding=sliding,
+            window=window,
+            lengths=torch.tensor([[cached], [new if prompt else 0], [new]]),
+            max_past=cached,
+            max_new=new,
+        )[0, 0]
+        mine = flat[start : start + new]
+        assert torch.equal(mine[:, cursor : cursor + cached], group[:, :cached])
+        assert torch.equal(mine[:, past_bucket + start : past_bucket + start + new], group[:, cached:])
+        assert int(mine.sum()) == int(group.sum()), f"row {number} sees another row's keys"
+        start, cursor = start + new, cursor + cached
+    padding = torch.arange(start, bucket)
+    assert torch.equal(flat[start:].nonzero()[:, 1], past_bucket + padding)

@@ -86,3 +86,19 @@ def test_one_prompt_with_many_reads_does_not_fill_a_pass_while_another_waits(tin
     assert len(lone.prompt_ids) in passes[0]  # not behind the 24 reads of the other prompt
     [alone] = InProcessReader(FusedRunner(model)).read([lone])
     assert_same_read(lone, results[-1], alone)
+
+
+def test_flat_passes_equal_grouped_ones(tiny_decider: Decider) -> None:
+    """The same mixed reads (two prefixes, a prompt of its own, later steps) with small passes attending flat (as
+    a GPU's whole-pass graphs run them) and attending in groups (a CPU's default): the same distributions."""
+    model = tiny_model(tiny_decider)
+    reads = mixed_reads(int(model.config.text_config.vocab_size))
+    flat = InProcessReader(FusedRunner(model, flat=True))
+    grouped = InProcessReader(FusedRunner(model))
+    for read, a, b in zip(reads, flat.read(reads), grouped.read(reads), strict=True):
+        assert_same_read(read, a, b)
+    assert flat.counters()["flat_passes"] == flat.counters()["passes"] == 3
+    assert grouped.counters()["flat_passes"] == 0
+    beyond = InProcessReader(FusedRunner(model, flat=True, buckets=Buckets(flat_past=(16,))))
+    beyond.read(reads)
+    assert beyond.counters()["flat_passes"] == 0  # every pass has more past keys than a flat one may hold

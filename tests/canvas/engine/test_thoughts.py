@@ -61,9 +61,12 @@ def never_stopping(request: ThoughtRequest) -> ThoughtRequest:
     )
 
 
-def test_a_thought_is_generate_token_for_token(model: Any, tokenizer: HFTokenizer) -> None:
-    """Three blocks of 32 (two of them encoded after the prompt), and a thought cut inside its first block."""
-    engine = EngineThinker(InProcessReader(FusedRunner(model)))
+@pytest.mark.parametrize("flat", [False, True], ids=["grouped", "flat"])
+def test_a_thought_is_generate_token_for_token(model: Any, tokenizer: HFTokenizer, flat: bool) -> None:
+    """Three blocks of 32 (two of them encoded after the prompt), and a thought cut inside its first block; with
+    passes attending in groups (a CPU's default) and flat (as a GPU's whole-pass graphs run them)."""
+    runner = FusedRunner(model, flat=flat)
+    engine = EngineThinker(InProcessReader(runner))
     reference = GenerateThinker(model, pad_id=tokenizer.pad_id)
     long = [never_stopping(request) for request in thought_requests(tokenizer, 80, (7,))]
     short = thought_requests(tokenizer, 12, (9,))
@@ -73,6 +76,7 @@ def test_a_thought_is_generate_token_for_token(model: Any, tokenizer: HFTokenize
         assert ours is not None and theirs is not None
         assert ours.token_ids == theirs.token_ids and ours.closed == theirs.closed
     assert len(ours.token_ids) <= 12
+    assert (runner.counters()["flat_passes"] > 0) == flat
 
 
 def test_thoughts_written_together_equal_each_alone(model: Any, tokenizer: HFTokenizer) -> None:

@@ -7,16 +7,22 @@ fixed buffers, sharing one memory pool; attention, whose shapes follow the
 rows, runs eagerly between them. A pass is padded to its bucket, so any
 mix of prompts and lengths replays the same graphs; padding tokens' outputs
 are never read, and no real token attends to them.
+
+A flat pass (`layout.py`) is captured whole, once per (tokens, past) bucket,
+after the KV store exists (the graph reads and writes it): its attention
+inputs are copied into the graph's own before each replay.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from canvasread.canvas.engine.layers import Buffers, LayerStack
+from canvasread.canvas.engine.layout import FlatAttention
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +32,7 @@ class PieceGraphs:
 
     def __init__(self) -> None:
         self._graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        self._flat: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, FlatAttention]] = {}
         self._pool: Any = None
         self.captures = 0
         self.replays = 0
@@ -35,14 +42,12 @@ class PieceGraphs:
 
     def capture(self, stack: LayerStack, views: Buffers, bucket: int) -> bool:
         """Capture every piece of a bucket (after an eager pass of it has warmed the kernels); False if it failed."""
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
         graphs = []
         try:
             for index in range(len(stack.layers)):
                 for piece in (stack.pre, stack.post):
                     graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self._pool):
+                    with torch.cuda.graph(graph, pool=self.pool):
                         piece(index, views)
                     graphs.append(graph)
         except Exception:
@@ -55,3 +60,37 @@ class PieceGraphs:
     def replay(self, graphs: list[torch.cuda.CUDAGraph], index: int) -> None:
         graphs[index].replay()
         self.replays += 1
+
+    @property
+    def pool(self) -> Any:
+        """The memory pool every graph shares (they never run at once)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
+    def capture_flat(self, inputs: FlatAttention, run: Callable[[FlatAttention], None]) -> bool:
+        """Capture `run` of a flat pass over `inputs` (kept: each replay's inputs are copied into them), after an
+        eager run has warmed its kernels; False if it failed."""
+        shape = (int(inputs.tokens.shape[1]), int(inputs.past.shape[1]))
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                run(inputs)
+        except Exception:
+            logger.warning("capturing the flat pass %s failed; it runs without a graph", shape, exc_info=True)
+            return False
+        self._flat[shape] = (graph, inputs)
+        self.captures += 1
+        return True
+
+    def replay_flat(self, flat: FlatAttention) -> bool:
+        """Replay the flat pass of `flat`'s shape with its inputs; False when that shape was not captured."""
+        captured = self._flat.get((int(flat.tokens.shape[1]), int(flat.past.shape[1])))
+        if captured is None:
+            return False
+        graph, inputs = captured
+        inputs.past.copy_(flat.past)
+        inputs.tokens.copy_(flat.tokens)
+        graph.replay()
+        self.replays += 1
+        return True

@@ -44,12 +44,16 @@ class KVStore:
         if pages < 1:
             raise ValueError("the KV store needs at least one page")
         self.page = page
-        slots = pages * page
-        # Uninitialised but for slot 0, which padding points at: masked keys must still be finite (0 x NaN).
-        self.keys = [torch.empty(slots, heads, dim, dtype=dtype, device=device) for heads, dim in shapes]
-        self.values = [torch.empty(slots, heads, dim, dtype=dtype, device=device) for heads, dim in shapes]
+        # One slot past the pages is never handed out: a flat pass writes every token's keys, the ones no prompt
+        # keeps to this scratch slot, so its writes have one shape whatever its rows.
+        self.scratch = pages * page
+        # Uninitialised but for slot 0 and the scratch slot, which padding points at: masked keys must still be
+        # finite (0 x NaN); the scratch slot only ever takes a pass's own (finite) keys.
+        self.keys = [torch.empty(self.scratch + 1, heads, dim, dtype=dtype, device=device) for heads, dim in shapes]
+        self.values = [torch.empty(self.scratch + 1, heads, dim, dtype=dtype, device=device) for heads, dim in shapes]
         for tensor in (*self.keys, *self.values):
             tensor[0].zero_()
+            tensor[self.scratch].zero_()
         self._free: list[int] = list(range(pages - 1, -1, -1))
         self._holders = [0] * pages
 

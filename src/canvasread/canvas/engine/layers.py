@@ -7,12 +7,15 @@ store) and canvas tokens (bidirectional over prompt and canvas) at once,
 streaming each layer's weights once. Each layer is three pieces:
 
 - `pre`: norm, projections, q/k/v norms and rotary, per token;
-- `attend`: the store writes, then each attention group's SDPA (`layout.py`);
+- `attend`: the store writes, then each attention group's SDPA (`layout.py`),
+  or, for a small pass, `attend_flat`: one SDPA over the whole pass;
 - `post`: output projection, dense MLP and routed experts, per token.
 
 `pre` and `post` have one shape per bucket, so they are compiled (with the
 token count dynamic) and captured as CUDA graphs (`graphs.py`); `attend`
-runs eagerly between them, as vLLM's piecewise graphs do. The pieces read
+runs eagerly between them, as vLLM's piecewise graphs do. A flat pass has
+the bucket's shapes throughout, so it is captured whole, as vLLM captures
+small decode batches whole. The pieces read
 and write `Buffers`, fixed tensors sliced to the pass's bucket. The masks
 (`masks.py`) mirror `DiffusionGemmaForBlockDiffusion` exactly; tests
 compare against it.
@@ -31,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
 from canvasread.canvas.engine.kvstore import KVStore
-from canvasread.canvas.engine.layout import Attention, PassLayout
+from canvasread.canvas.engine.layout import Attention, FlatAttention, PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 # Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
@@ -172,6 +175,27 @@ class LayerStack:
                 query_rows[group.folded[kind]], all_keys, all_values, attn_mask=group.masks[kind], scale=1.0
             )
             out_rows.index_copy_(0, group.targets[kind], attended[group.picks[kind]])
+
+    def attend_flat(
+        self, index: int, views: Buffers, flat: FlatAttention, masks: dict[str, torch.Tensor], store: KVStore
+    ) -> None:
+        """`attend` for a flat pass (`layout.py`): every token's keys to the store, then one attention of every
+        token over the past keys and the pass's own, each key head's query heads folded along the queries.
+        Its shapes are the bucket's, so a graph can hold it. Runs inside `attending()`."""
+        kind = self.layer_types[index]
+        query, keys, values = views.query[kind], views.keys[kind], views.values[kind]
+        stored_keys, stored_values = store.keys[index], store.values[index]
+        stored_keys.index_copy_(0, flat.tokens[4], keys)
+        stored_values.index_copy_(0, flat.tokens[4], values)
+        tokens, heads, dim = query.shape
+        kv_heads = keys.shape[1]
+        fold = heads // kv_heads
+        all_keys = torch.cat([stored_keys[flat.past[0]], keys]).transpose(0, 1)[None]
+        all_values = torch.cat([stored_values[flat.past[0]], values]).transpose(0, 1)[None]
+        folded = query.view(tokens, kv_heads, fold, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, fold * tokens, dim)
+        attended = F.scaled_dot_product_attention(folded, all_keys, all_values, attn_mask=masks[kind], scale=1.0)
+        out = views.attended[kind].view(tokens, kv_heads, fold, dim)
+        out.copy_(attended.view(kv_heads, fold, tokens, dim).permute(2, 0, 1, 3))
 
     def post(self, index: int, views: Buffers) -> None:
         kind = self.layer_types[index]

@@ -14,6 +14,13 @@ stacked along the query axis, so keys and values are never copied per query
 head. A group carries, per layer kind, the rows of the pass's queries in that
 layout, where its real queries come back out, and its mask laid out for it,
 additive (0 or -inf in the model's dtype), so no layer converts it again.
+
+A small pass attends flat instead (`Buckets.flat_shape`): one attention of
+every token over the rows' past keys (laid out row after row, padded to a
+past bucket) and the pass's own keys, masked to each token's own row
+(`masks.flat_mask`). Its inputs have the same shapes for any rows of one
+(tokens, past) bucket, so on a GPU the whole pass replays one graph, the
+masks built inside it.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from canvasread.canvas.engine.masks import attention_mask
+from canvasread.canvas.engine.masks import attention_mask, flat_mask
 from canvasread.canvas.engine.rows import Row
 
 # Query-key pairs one attention group may hold (times the heads: its score tensor), about 1 GB in fp32 at 16 heads;
@@ -50,6 +57,16 @@ class AttentionGroup:
 
 
 @dataclass(frozen=True)
+class FlatAttention:
+    """The inputs of a flat pass's attention (the module docstring's last paragraph). Every token's keys are
+    written to the store, those no prompt keeps to its scratch slot, so the writes have one shape too."""
+
+    past: torch.Tensor  # [3, past]: each past key's store slot (padding: scratch), row (-1: padding), position
+    tokens: torch.Tensor  # [5, tokens]: each token's row (-1: padding), position, prompt total, prompt (1) or
+    # canvas (0), and the store slot its keys go to
+
+
+@dataclass(frozen=True)
 class PassLayout:
     """Device inputs of one pass of `tokens` (a bucket) flat tokens; `used` of them are real."""
 
@@ -60,7 +77,8 @@ class PassLayout:
     written: torch.Tensor  # flat indices of the prompt tokens whose keys go to the store
     slots: torch.Tensor  # the store slots they go to
     starts: list[int]  # each row's first flat token
-    groups: list[AttentionGroup]
+    groups: list[AttentionGroup]  # none when the pass attends flat
+    flat: FlatAttention | None
     images: list[tuple[int, torch.Tensor]]  # (flat offset, features)
     signals: list[tuple[int, torch.Tensor]]  # (flat offset, self-conditioning of a canvas row)
 
@@ -81,8 +99,11 @@ class Attention:
     device: torch.device
 
 
-def lay_out(rows: Sequence[Row], *, bucket: int, attention: Attention) -> PassLayout:
-    """The flat layout of `rows` padded to `bucket` tokens, with masks for each layer kind of `attention`."""
+def lay_out(
+    rows: Sequence[Row], *, bucket: int, attention: Attention, flat: tuple[int, int] | None = None
+) -> PassLayout:
+    """The flat layout of `rows` padded to `bucket` tokens, with masks for each layer kind of `attention`; with
+    `flat` (a past bucket and the store's scratch slot), the inputs of one flat attention instead of groups."""
     starts, cursor = [], 0
     for row in rows:
         starts.append(cursor)
@@ -99,7 +120,7 @@ def lay_out(rows: Sequence[Row], *, bucket: int, attention: Attention) -> PassLa
         tokens[start:end] = torch.tensor(list(row.ids), dtype=torch.long)
         positions[start:end] = torch.arange(len(row.past), len(row.past) + len(row.ids))
         is_canvas[start:end] = row.canvas
-        if row.write is not None:
+        if row.write is not None and flat is None:
             written.append(torch.arange(start, end))
             slots.append(row.write)
     empty = torch.zeros(0, dtype=torch.long)
@@ -113,10 +134,50 @@ def lay_out(rows: Sequence[Row], *, bucket: int, attention: Attention) -> PassLa
         torch.cat([empty, *written]).to(device),
         torch.cat([empty, *slots]).to(device),
         starts,
-        [_group(rows, starts, members, attention) for members in _grouping(rows)],
+        [] if flat is not None else [_group(rows, starts, members, attention) for members in _grouping(rows)],
+        _flat(rows, starts, bucket, *flat, device) if flat is not None else None,
         [(start + offset, features) for row, start in placed for offset, features in row.images],
         [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
     )
+
+
+def flat_masks(flat: FlatAttention, attention: Attention) -> dict[str, torch.Tensor]:
+    """Per layer kind, a flat pass's additive mask repeated once per folded head: [1, 1, fold * tokens, keys]."""
+    masks = {}
+    for kind, (heads, kv_heads) in attention.heads.items():
+        allowed = flat_mask(
+            past=flat.past[1:], tokens=flat.tokens[:4], sliding=kind == "sliding_attention", window=attention.window
+        )
+        masks[kind] = _additive(allowed, attention.dtype).repeat(heads // kv_heads, 1)[None, None]
+    return masks
+
+
+def _flat(
+    rows: Sequence[Row], starts: Sequence[int], bucket: int, past_bucket: int, scratch: int, device: torch.device
+) -> FlatAttention:
+    past = torch.tensor([[scratch], [-1], [0]]).repeat(1, past_bucket)
+    tokens = torch.tensor([[-1], [0], [0], [0], [scratch]]).repeat(1, bucket)
+    cursor = 0
+    for number, (row, start) in enumerate(zip(rows, starts, strict=True)):
+        cached, end = len(row.past), start + len(row.ids)
+        past[0, cursor : cursor + cached] = row.past
+        past[1, cursor : cursor + cached] = number
+        past[2, cursor : cursor + cached] = torch.arange(cached)
+        cursor += cached
+        tokens[0, start:end] = number
+        tokens[1, start:end] = torch.arange(cached, cached + len(row.ids))
+        tokens[2, start:end] = cached + (0 if row.canvas else len(row.ids))
+        tokens[3, start:end] = 0 if row.canvas else 1
+        if row.write is not None:
+            tokens[4, start:end] = row.write
+    if cursor > past_bucket:
+        raise ValueError(f"{cursor} past keys do not fit a flat past bucket of {past_bucket}")
+    return FlatAttention(past.to(device), tokens.to(device))
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where `allowed`, -inf elsewhere, in `dtype`: added to the scores as they are."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, -torch.inf)
 
 
 def _grouping(rows: Sequence[Row]) -> list[list[int]]:
@@ -168,8 +229,7 @@ def _group(rows: Sequence[Row], starts: Sequence[int], members: Sequence[int], a
             max_new=max_new,
             image_spans=spans,
         )
-        additive = torch.zeros(allowed.shape, dtype=attention.dtype, device=device).masked_fill_(~allowed, -torch.inf)
-        masks[kind] = additive.repeat(1, 1, heads // kv_heads, 1)
+        masks[kind] = _additive(allowed, attention.dtype).repeat(1, 1, heads // kv_heads, 1)
         rows_in, in_row, key_head, position, rows_out = _head_rows(queries, valid, heads, kv_heads)
         folded[kind] = rows_in.to(device)
         picks[kind] = (in_row.to(device), key_head.to(device), position.to(device))

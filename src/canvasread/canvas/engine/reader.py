@@ -53,6 +53,7 @@ class InProcessReader:
         budget = cache_bytes if cache_bytes is not None else _default_cache_bytes(stack.device)
         pages = max(1, budget // (KVStore.bytes_per_token(shapes, dtype) * page))
         store = KVStore(shapes, pages=pages, page=page, dtype=dtype, device=stack.device)
+        runner.capture_flat(store)
         self.loop = EngineLoop(
             EngineCore(runner, store, max_rows=max_rows, pass_tokens=pass_tokens, thought_share=thought_share)
         )

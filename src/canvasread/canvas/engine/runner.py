@@ -2,13 +2,15 @@
 
 One pass encodes prompt tokens and reads canvases together (`layers.py`),
 laid out flat and padded to a bucket of the engine's one shape policy
-(`Buckets`). `warm_up` runs, compiles and captures every bucket before the
+(`Buckets`). `warm_up` runs, compiles and captures every bucket, and
+`capture_flat` every flat pass shape once the KV store exists, before the
 server is ready; after it, a recompile is a bug: it is counted (`compiles`),
 logged, and the piece runs eagerly instead of stalling the request.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,7 +22,7 @@ from canvasread.canvas.engine.graphs import PieceGraphs
 from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layers import Buffers, LayerStack
-from canvasread.canvas.engine.layout import lay_out
+from canvasread.canvas.engine.layout import FlatAttention, PassLayout, flat_masks, lay_out
 from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
 from canvasread.canvas.engine.settings import Buckets
@@ -45,7 +47,10 @@ class FusedRunner:
         compile: str | None = None,
         fp8_experts: bool = False,
         buckets: Buckets | None = None,
+        flat: bool | None = None,
     ) -> None:
+        """`flat`: small passes attend flat (`layout.py`); None: where their whole graphs are captured (a GPU with
+        `cuda_graphs`), since a flat pass run eagerly launches as much as a grouped one and computes more."""
         self.model = model
         self.image_processor = image_processor
         self.stack = LayerStack(model, compile=compile, fp8_experts=fp8_experts)
@@ -53,12 +58,15 @@ class FusedRunner:
         self.buckets = buckets if buckets is not None else Buckets()
         self.buffers = self.stack.buffers(self.buckets.max_tokens)
         self.graphs = PieceGraphs() if cuda_graphs and self.stack.device.type == "cuda" else None
+        self.flat = flat if flat is not None else self.graphs is not None
         self.ready = False
         self.compiles = 0
+        self.flat_passes = 0
         self.misses: Counter[str] = Counter()
+        self._captured_store: KVStore | None = None  # the store the flat passes' graphs read and write
 
     def counters(self) -> dict[str, float]:
-        counted: dict[str, float] = {"compiles": self.compiles}
+        counted: dict[str, float] = {"compiles": self.compiles, "flat_passes": self.flat_passes}
         if self.graphs is not None:
             counted.update(graph_replays=self.graphs.replays, graph_captures=self.graphs.captures)
             counted.update({f"graph_misses/{reason}": self.misses[reason] for reason in MISS_REASONS})
@@ -66,20 +74,22 @@ class FusedRunner:
 
     @torch.inference_mode()
     def run(self, rows: Sequence[Row], store: KVStore) -> list[RowOutput]:
-        """One pass over the layers for every row, padded to the smallest bucket that holds them all."""
-        bucket = self.buckets.pad(sum(len(row.ids) for row in rows))
+        """One pass over the layers for every row, padded to the smallest bucket that holds them all; a small
+        pass attends flat (`layout.py`), replaying its whole graph where one was captured."""
+        tokens = sum(len(row.ids) for row in rows)
+        shape = None
+        if self.flat and not any(row.images for row in rows):
+            shape = self.buckets.flat_shape(tokens, sum(len(row.past) for row in rows))
+        bucket = shape[0] if shape is not None else self.buckets.pad(tokens)
         stack = self.stack
-        layout = lay_out(rows, bucket=bucket, attention=stack.attention)
+        flat = (shape[1], store.scratch) if shape is not None else None
+        layout = lay_out(rows, bucket=bucket, attention=stack.attention, flat=flat)
         views = self.buffers.view(bucket)
         stack.embed_into(layout, views)
-        graphs = self.graphs.get(bucket) if self.graphs is not None else None
-        if self.graphs is not None and graphs is None and self.ready:
-            self.misses["not_captured"] += 1
-        with stack.attending():
-            for index in range(len(stack.layers)):
-                self._piece(stack.pre, index, views, graphs, 2 * index)
-                stack.attend(index, views, layout, store)
-                self._piece(stack.post, index, views, graphs, 2 * index + 1)
+        if layout.flat is not None:
+            self._flat(layout.flat, views, store)
+        else:
+            self._grouped(layout, views, store)
         hidden = views.hidden
         slot_tokens = [start + p for row, start in zip(rows, layout.starts, strict=True) for p in row.slot_positions]
         logprobs = self.head.label_logprobs(hidden[slot_tokens], [ids for row in rows for ids in row.label_ids])
@@ -90,6 +100,37 @@ class FusedRunner:
             outputs.append(RowOutput(logprobs[cursor : cursor + count], canvas))
             cursor += count
         return outputs
+
+    def _grouped(self, layout: PassLayout, views: Buffers, store: KVStore) -> None:
+        """The layers of a pass that attends in groups: each layer's pieces replayed (or run), attention eager."""
+        stack = self.stack
+        graphs = self.graphs.get(layout.size) if self.graphs is not None else None
+        if self.graphs is not None and graphs is None and self.ready:
+            self.misses["not_captured"] += 1
+        with stack.attending():
+            for index in range(len(stack.layers)):
+                self._piece(stack.pre, index, views, graphs, 2 * index)
+                stack.attend(index, views, layout, store)
+                self._piece(stack.post, index, views, graphs, 2 * index + 1)
+
+    def _flat(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
+        """The layers of a flat pass: its whole graph replayed, or the layers run (a CPU, or no graph)."""
+        self.flat_passes += 1
+        if self.graphs is not None:
+            if store is self._captured_store and self.graphs.replay_flat(flat):
+                return
+            if self.ready:
+                self.misses["not_captured"] += 1
+        self._flat_layers(flat, views, store)
+
+    def _flat_layers(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
+        stack = self.stack
+        masks = flat_masks(flat, stack.attention)
+        with stack.attending():
+            for index in range(len(stack.layers)):
+                self._piece(stack.pre, index, views, None, 2 * index)
+                stack.attend_flat(index, views, flat, masks, store)
+                self._piece(stack.post, index, views, None, 2 * index + 1)
 
     def _piece(
         self,
@@ -149,6 +190,24 @@ class FusedRunner:
             if self.graphs is not None:
                 self.graphs.capture(self.stack, self.buffers.view(bucket), bucket)
         self.ready = True
+
+    @torch.inference_mode()
+    def capture_flat(self, store: KVStore) -> None:
+        """Capture every flat pass shape whole over `store` (the graphs read and write it, so only passes over
+        `store` replay them), before the first request; each is run eagerly first over inputs of padding alone,
+        which warms its kernels."""
+        if self.graphs is None or not self.flat:
+            return
+        self._captured_store = store
+        device = self.stack.device
+        for bucket, past in self.buckets.flat:
+            inputs = FlatAttention(
+                torch.tensor([[store.scratch], [-1], [0]], device=device).repeat(1, past),
+                torch.tensor([[-1], [0], [0], [0], [store.scratch]], device=device).repeat(1, bucket),
+            )
+            views = self.buffers.view(bucket)
+            self._flat_layers(inputs, views, store)
+            self.graphs.capture_flat(inputs, functools.partial(self._flat_layers, views=views, store=store))
 
     @torch.inference_mode()
     def image_features(self, images: Sequence[bytes]) -> list[torch.Tensor]:

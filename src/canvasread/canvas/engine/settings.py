@@ -14,6 +14,10 @@ DEFAULT_CPU_CACHE_BYTES = 2 << 30
 # The token buckets a pass is padded to: every size up to the largest a pass may hold is warmed before
 # /ready, so no request ever meets a compile or a capture. Doubling steps keep padding under 2x.
 DEFAULT_TOKEN_BUCKETS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+# Flat passes (`Buckets.flat_tokens`): up to a lone reader's or thinker's pass (a `standard` read is ~180 tokens, a
+# thought's step ~260), over the past keys of a few rows (a cached question prefix and one state each).
+DEFAULT_FLAT_TOKENS = 512
+DEFAULT_FLAT_PAST = (512, 1024, 2048)
 # Rows (canvas reads) in one forward pass at most; larger batches are split.
 DEFAULT_MAX_ROWS = 256
 # Batches the canvas backend reads at once over one engine: their reads, re-reads and thoughts share the engine
@@ -27,20 +31,30 @@ DEFAULT_THOUGHT_SHARE = 0.15
 
 @dataclass(frozen=True)
 class Buckets:
-    """The engine's one shape policy: the token counts a pass is padded to, and the KV store's page size.
+    """The engine's one shape policy: the token counts a pass is padded to, the KV store's page size, and which
+    passes attend flat.
 
     A pass holds at most `max_tokens` tokens (longer prompts are encoded in
-    chunks over several passes); start-up compiles and captures every bucket.
+    chunks over several passes); start-up compiles and captures every bucket,
+    and every flat (tokens, past) shape whole.
     """
 
     tokens: tuple[int, ...] = DEFAULT_TOKEN_BUCKETS
     page: int = 16
+    # Passes of at most this many tokens whose rows' past keys fit a `flat_past` bucket attend flat: one attention
+    # over the whole pass, so on a GPU the whole pass is one captured graph (its launches cost a graph's, not 30
+    # layers' eager attention). Its attention is dense over the pass, so only small passes gain; 0: none.
+    flat_tokens: int = DEFAULT_FLAT_TOKENS
+    flat_past: tuple[int, ...] = DEFAULT_FLAT_PAST
 
     def __post_init__(self) -> None:
-        if not self.tokens or list(self.tokens) != sorted(set(self.tokens)) or self.tokens[0] < 1:
-            raise ValueError("token buckets must be distinct positive sizes in increasing order")
+        for name, sizes in (("token", self.tokens), ("flat past", self.flat_past)):
+            if not sizes or list(sizes) != sorted(set(sizes)) or sizes[0] < 1:
+                raise ValueError(f"{name} buckets must be distinct positive sizes in increasing order")
         if self.page < 1:
             raise ValueError("the page size must be at least 1")
+        if self.flat_tokens < 0:
+            raise ValueError("the flat pass size must be at least 0")
 
     @property
     def max_tokens(self) -> int:
@@ -52,6 +66,19 @@ class Buckets:
             if size >= tokens:
                 return size
         raise ValueError(f"a pass of {tokens} tokens is over the largest bucket, {self.max_tokens}")
+
+    @property
+    def flat(self) -> list[tuple[int, int]]:
+        """Every (token bucket, past bucket) a flat pass may take: the shapes start-up captures whole."""
+        return [(size, past) for size in self.tokens if size <= self.flat_tokens for past in self.flat_past]
+
+    def flat_shape(self, tokens: int, past: int) -> tuple[int, int] | None:
+        """The (token bucket, past bucket) of a pass of `tokens` whose rows have `past` past keys in all, when it
+        attends flat; None when it attends in groups."""
+        bucket = self.pad(tokens)
+        if bucket > self.flat_tokens or past > self.flat_past[-1]:
+            return None
+        return bucket, next(size for size in self.flat_past if size >= past)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
 # serves the naive baseline and sweeps it on standard). QUANTIZATIONS="fp8-experts" serves FP8 experts instead and
 # sweeps FP8_WORKLOADS (default: standard cold); "bf16 fp8-experts" does both, one server after the other. SERVE_FLAGS are added to
 # every server's flags (e.g. "--max-queue-delay 2", to measure goodput past the knee with shedding on). The
-# workloads are described in src/canvasread/tools/bench.py and mixed.py; `think-beside` in bench/http_sweep.py.
+# workloads are described in src/canvasread/tools/workloads.py and mixed.py; `think-beside` in src/canvasread/tools/beside.py.
 #
 # Usage on the GPU machine, from the repo root, with .whl and .cache/gpu carried (bench/gpu_carry.sh builds them):
 #   PACK="$OUT/bench.tgz" bash bench/gpu_bench.sh .cache/gpu/dgemma /tmp/bench

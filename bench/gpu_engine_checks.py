@@ -41,7 +41,7 @@ from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.thinker import ThoughtChannel, ThoughtRequest
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import planned_reads, steps_body
+from canvasread.tools.workloads import planned_reads, steps_body
 
 # The GPU; a CPU only to try the script out on a shrunk config (CANVASREAD_CHECK_DEVICE=cpu).
 DEVICE = os.environ.get("CANVASREAD_CHECK_DEVICE", "cuda")

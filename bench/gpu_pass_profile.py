@@ -53,8 +53,8 @@ from canvasread.canvas.engine.works import ReadWork
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import standard_body
 from canvasread.tools.mixed import mixed_body
+from canvasread.tools.workloads import standard_body
 
 LABELLED = {
     "stack": ("embed_into", "attend", "attend_flat"),

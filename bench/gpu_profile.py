@@ -28,7 +28,7 @@ from canvasread.canvas.engine.weights import initialise_weights
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import planned_reads, standard_body
+from canvasread.tools.workloads import planned_reads, standard_body
 
 
 def reads_for(planner: Planner, vocab: int, start: int, count: int) -> list[CanvasRead]:

@@ -35,8 +35,8 @@ from canvasread.canvas.engine.runner import FusedRunner
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import cold_body, planned_reads, standard_body
 from canvasread.tools.mixed import mixed_body
+from canvasread.tools.workloads import cold_body, planned_reads, standard_body
 
 VARIANTS = {"eager": (None, False), "compiled": ("inductor", False), "compiled-fp8": ("inductor", True)}
 

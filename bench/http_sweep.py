@@ -15,7 +15,7 @@ it (`goodput_past_knee`: decisions/s at 4x the knee's clients over the knee's).
 `think-beside` (issue 24) is no workload of its own: for each level N it runs
 N standard clients alone, then the same N beside --thinkers clients of the
 think workload, and writes both p50s and p95s, their ratios and the thinkers'
-own latency and requests/s (`canvasread.tools.bench.run_beside`).
+own latency and requests/s (`canvasread.tools.beside.run_beside`).
 
 Interrupted (Ctrl-C, or `timeout -s INT` at the end of a time budget), it
 still writes the levels finished so far, marked `"interrupted": true`.
@@ -36,7 +36,8 @@ from typing import Any
 
 import httpx
 
-from canvasread.tools.bench import THINKERS, Beside, Level, run_beside, run_sweep, summarise, summarise_beside
+from canvasread.tools.bench import Level, run_sweep, summarise
+from canvasread.tools.beside import THINKERS, Beside, run_beside, summarise_beside
 
 TARGETS = {
     "bf16": {"single_client_p50_ms": 20, "decisions_per_s": 1000, "p95_ms_budget": 400},

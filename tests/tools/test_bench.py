@@ -11,7 +11,7 @@ import httpx
 import pytest
 from helpers import canvasread, serve_cli
 
-from canvasread.tools.bench import answers_every_question, span_body, steps_body
+from canvasread.tools.workloads import answers_every_question, span_body, steps_body
 
 REQUIRED_KEYS = {
     "gpu",

@@ -13,15 +13,8 @@ import httpx
 import pytest
 
 from canvasread.eval.metrics import quantile
-from canvasread.tools.bench import (
-    BESIDE_P95_RISE_TARGET,
-    Beside,
-    Level,
-    best_within_budget,
-    goodput_past_knee,
-    summarise,
-    summarise_beside,
-)
+from canvasread.tools.bench import Level, best_within_budget, goodput_past_knee, summarise
+from canvasread.tools.beside import BESIDE_P95_RISE_TARGET, Beside, summarise_beside
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive, retry_delay_s
 
 

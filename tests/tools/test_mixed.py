@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from canvasread.tools.bench import WORKLOADS
 from canvasread.tools.mixed import QUESTION_SETS, mixed_body, question_set
+from canvasread.tools.workloads import WORKLOADS
 from canvasread.wire import parse_request
 
 

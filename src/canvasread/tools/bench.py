@@ -1,19 +1,10 @@
 """`canvasread bench`: drive a running server over HTTP at a sweep of concurrencies and report.
 
-The standard workload is the one the targets are stated for: a state of about
-150 tokens that differs per request, and three questions whose instructions
-are the same across requests (a noul, a 5-way choice, a 4-level score), read
-once. The cold workload changes the instructions every request (no prefix
-reuse); the think workload asks for a short thought before the reads, and the
-steps4 workload reads each canvas after three pinned denoising steps, so their
-extra cost is measured. The mixed workload (`mixed.py`) is traffic the engine
-never saw: states of random length, 16 question sets, default options. Each
-level runs closed-loop clients for a fixed time through `loadgen.drive`;
-decisions per second count the questions of answered requests. A sweep's
-summary names its knee (the best decisions/s within the p95 budget) and what
-is left of it at four times the knee's clients (`goodput_past_knee`).
-`run_beside` is issue 24's think-beside row: standard clients alone, then
-beside clients that ask for a thought, and how far their p95 rose.
+Each level runs closed-loop clients of one workload (`workloads.py`) for a
+fixed time through `loadgen.drive`; decisions per second count the questions
+of answered requests. A sweep's summary names its knee (the best decisions/s
+within the p95 budget) and what is left of it at four times the knee's
+clients (`goodput_past_knee`). The think-beside row is `beside.py`.
 """
 
 from __future__ import annotations
@@ -25,134 +16,22 @@ import itertools
 import json
 import multiprocessing
 import platform
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from canvasread.canvas.plan import Planner, noisy_canvas
-from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.eval.metrics import quantile
 from canvasread.tools.loadgen import LoadPlan, LoadReport, drive, merged
-from canvasread.tools.mixed import mixed_body, mixed_once_body
-from canvasread.wire import parse_request
+from canvasread.tools.workloads import WORKLOADS, answers_every_question
 
-QUESTIONS: dict[str, Any] = {
-    "refund": {"type": "noul", "instructions": "Is the customer asking for their money back?"},
-    "team": {
-        "type": "choice",
-        "instructions": "Which team should handle this ticket?",
-        "criteria": {
-            "billing": "charges, refunds, invoices",
-            "technical": "bugs, outages, errors",
-            "sales": "new orders, upgrades, quotes",
-            "account": "logins, passwords, profile changes",
-            "other": None,
-        },
-    },
-    "urgency": {
-        "type": "score",
-        "instructions": "How urgent is this ticket?",
-        "criteria": ["can wait", "this week", "today", "right now"],
-    },
-}
 # Clients one load-driving process runs; a level of more is spread over several processes (`measure_spread`).
 CLIENTS_PER_PROCESS = 32
 # Request numbers a measured level may use (the n-th level numbers from n times this): states never repeat.
 LEVEL_NUMBERS = 10_000_000
-
-TICKET = (
-    "Ticket #{n}. Hello, I am writing again about order {order}. I was charged twice on my card ending in {card}: "
-    "once on Monday and again on Wednesday, for the same amount of {amount} euros. I never received a second "
-    "package, so the second charge must be a mistake. I tried calling support twice but nobody answered and the "
-    "chat bot kept sending me to the FAQ page. This is really frustrating because the money was meant for rent "
-    "this month. Please refund the duplicate charge as soon as possible and confirm by email. If this is not "
-    "resolved by Friday I will have to dispute the charge with my bank and cancel my subscription. Thanks, {name}."
-)
-NAMES = ("Ana", "Bram", "Chloé", "Dev", "Eitan", "Fatima", "Gus", "Hana")
+# The p95 a level may reach and still count as served (the knee: the targets' latency budget).
 P95_BUDGET_MS = 400.0
-
-
-def standard_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
-    """The standard workload: a fresh ~150-token state per request, fixed questions."""
-    state = TICKET.format(
-        n=sequence,
-        order=10_000 + sequence * 7 % 90_000,
-        card=1000 + sequence % 9000,
-        amount=20 + sequence % 180,
-        name=NAMES[sequence % len(NAMES)],
-    )
-    return {"model": model, "state": state, "questions": QUESTIONS, "samples": 1}
-
-
-def cold_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
-    """The cold-prompt workload: the standard one with different instructions every request (no prefix reuse)."""
-    body = standard_body(sequence, model)
-    body["questions"] = {
-        key: {**question, "instructions": f"Queue {sequence}: {question['instructions']}"}
-        for key, question in QUESTIONS.items()
-    }
-    return body
-
-
-# Thought tokens of the think workload: a sentence of reasoning, what a caller asking for a short thought gets.
-THINK_TOKENS = 32
-
-
-def think_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
-    """The think workload: the standard one with a thought of up to `THINK_TOKENS` tokens before the reads."""
-    return {**standard_body(sequence, model), "think": THINK_TOKENS}
-
-
-# The span workload's extra question: the ticket's signature is a piece of every state.
-SPAN_QUESTION = {"type": "span", "instructions": "Who signed the ticket?"}
-
-
-def span_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
-    """The span workload: the standard one plus a span question, read on a blank canvas of its own."""
-    body = standard_body(sequence, model)
-    return {**body, "questions": {**QUESTIONS, "signed": SPAN_QUESTION}}
-
-
-# Denoising steps of the steps4 workload: inside the 2–6 that published multi-step canvas reads use.
-STEPS = 4
-
-
-def steps_body(sequence: int, model: str = "jev-latest") -> dict[str, Any]:
-    """The steps4 workload: the standard one, every canvas read after `STEPS - 1` pinned denoising steps."""
-    return {**standard_body(sequence, model), "steps": STEPS}
-
-
-# The workloads `run_sweep` can drive, by the name results files record.
-WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
-    "standard": standard_body,
-    "cold": cold_body,
-    "think": think_body,
-    "span": span_body,
-    f"steps{STEPS}": steps_body,
-    "mixed": mixed_body,
-    "mixed-samples1": mixed_once_body,
-}
-
-
-def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size: int) -> list[CanvasRead]:
-    """The canvas reads a server makes for these request bodies (first read of each canvas): reader benchmarks."""
-    reads = []
-    for sequence, raw in enumerate(bodies):
-        _, request = parse_request(raw)
-        plan = planner.plan(request)
-        for canvas in plan.canvases:
-            ids = noisy_canvas(canvas, plan.questions, vocab_size=vocab_size, seed=sequence, read=0)
-            slots = tuple(Slot(plan.questions[q].position, plan.questions[q].label_ids) for q in canvas.questions)
-            prompt = plan.prompt(canvas)
-            reads.append(CanvasRead(prompt.ids, prompt.prefix_length, tuple(ids), slots))
-    return reads
-
-
-def answers_every_question(body: dict[str, Any], answer: dict[str, Any]) -> bool:
-    answers = answer.get("answers")
-    return isinstance(answers, dict) and list(answers) == list(body["questions"])
 
 
 @dataclass(frozen=True)
@@ -223,11 +102,11 @@ def run_sweep(
     Clients are closed-loop; a client answered 529 waits its retry hint before its next request, as SDK clients do.
     """
     levels = []
-    body = _numbered(WORKLOADS[workload], model)  # never the same request twice in a sweep, warm-ups included
+    body = numbered(WORKLOADS[workload], model)  # never the same request twice in a sweep, warm-ups included
     for number, concurrency in enumerate(concurrencies, start=1):
         if warm:
-            asyncio.run(drive(_warmup(url, concurrency, duration_s, api_key), body, answers_every_question))
-        plan = _plan(url, concurrency, duration_s, api_key)
+            asyncio.run(drive(warmup_plan(url, concurrency, duration_s, api_key), body, answers_every_question))
+        plan = level_plan(url, concurrency, duration_s, api_key)
         level = measure_spread(plan, workload, model, first=number * LEVEL_NUMBERS)
         levels.append(level)
         if on_level is not None:
@@ -235,7 +114,7 @@ def run_sweep(
     return levels
 
 
-def _numbered(
+def numbered(
     make: Callable[[int, str], dict[str, Any]], model: str, numbers: Iterator[int] | None = None
 ) -> Callable[[int], dict[str, Any]]:
     """A body factory for `drive` that numbers requests from `numbers` (shared by factories that must never send
@@ -248,11 +127,12 @@ def _numbered(
     return body
 
 
-def _plan(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
+def level_plan(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
+    """A measured level's clients: closed-loop, each waiting a 529's retry hint before its next request."""
     return LoadPlan(url, concurrency=concurrency, duration_s=duration_s, api_key=api_key, honour_retry_after=True)
 
 
-def _warmup(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
+def warmup_plan(url: str, concurrency: int, duration_s: float, api_key: str) -> LoadPlan:
     """A short run before a measured one: a fifth of its time (at least 0.5 s), two requests a client at most."""
     return LoadPlan(
         url,
@@ -271,7 +151,7 @@ def measure_spread(plan: LoadPlan, workload: str, model: str, *, first: int) -> 
     numbered from `first`, each process taking every n-th number, so none repeats a state."""
     processes = -(-plan.concurrency // CLIENTS_PER_PROCESS)
     if processes == 1:
-        return asyncio.run(measure(plan, _numbered(WORKLOADS[workload], model, itertools.count(first))))
+        return asyncio.run(measure(plan, numbered(WORKLOADS[workload], model, itertools.count(first))))
     shares = [plan.concurrency // processes + (k < plan.concurrency % processes) for k in range(processes)]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
@@ -285,7 +165,7 @@ def measure_spread(plan: LoadPlan, workload: str, model: str, *, first: int) -> 
 def _measure_share(plan: LoadPlan, workload: str, model: str, first: int, step: int) -> tuple[LoadReport, int]:
     """One process's share of a spread level: its report and the decisions its whole answers held."""
     answered: list[int] = []
-    body = _numbered(WORKLOADS[workload], model, itertools.count(first, step))
+    body = numbered(WORKLOADS[workload], model, itertools.count(first, step))
     report = asyncio.run(drive(plan, body, functools.partial(_counted, answered)))
     return report, sum(answered)
 
@@ -337,134 +217,6 @@ def goodput_past_knee(levels: Sequence[Level], p95_budget_ms: float = P95_BUDGET
             past.decisions_per_s / knee.decisions_per_s if knee and past and knee.decisions_per_s else None
         ),
     }
-
-
-# Issue 24's think-beside row: while this many clients think, the p95 of the standard clients beside them
-# may rise by at most this factor over the same clients alone.
-THINKERS = 8
-BESIDE_P95_RISE_TARGET = 1.2
-# The thinking clients start this long before the standard ones, so every measured request has thoughts around it.
-BESIDE_LEAD_S = 0.5
-
-
-@dataclass(frozen=True)
-class Beside:
-    """The same number of standard clients alone, then beside `thinkers` closed-loop clients of the think
-    workload (`think` is those clients' own level: their latency and requests per second)."""
-
-    alone: Level
-    beside: Level
-    think: Level
-    thinkers: int
-
-    def summary(self, target: float = BESIDE_P95_RISE_TARGET) -> dict[str, Any]:
-        """Both levels, the thinkers', and how far the standard p50 and p95 rose (beside / alone). The target
-        is met when the p95 rose by at most `target`, no standard request failed either time, and thoughts
-        were written meanwhile (a thinker that only failed would leave the standard clients alone)."""
-        p50_ratio = _ratio(self.beside.p50_ms, self.alone.p50_ms)
-        p95_ratio = _ratio(self.beside.p95_ms, self.alone.p95_ms)
-        answered = self.alone.errors == 0 and self.beside.errors == 0 and self.think.requests_ok > 0
-        return {
-            "concurrency": self.alone.concurrency,
-            "thinkers": self.thinkers,
-            "alone_p50_ms": self.alone.p50_ms,
-            "alone_p95_ms": self.alone.p95_ms,
-            "beside_p50_ms": self.beside.p50_ms,
-            "beside_p95_ms": self.beside.p95_ms,
-            "p50_ratio": p50_ratio,
-            "p95_ratio": p95_ratio,
-            "p95_rise_target": target,
-            "meets_target": p95_ratio is not None and p95_ratio <= target and answered,
-            "think_p50_ms": self.think.p50_ms,
-            "think_p95_ms": self.think.p95_ms,
-            "think_requests_per_s": self.think.requests_per_s,
-            "alone": vars(self.alone),
-            "beside": vars(self.beside),
-            "think": vars(self.think),
-        }
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    return numerator / denominator if numerator is not None and denominator else None
-
-
-def run_beside(
-    url: str,
-    model: str,
-    concurrencies: Sequence[int],
-    *,
-    duration_s: float,
-    thinkers: int = THINKERS,
-    api_key: str = "local",
-    think_timeout_s: float = 120.0,
-    on_level: Callable[[Beside], None] | None = None,
-) -> list[Beside]:
-    """For each number of standard clients: a warm-up, `duration_s` of them alone, then `duration_s` of them
-    beside `thinkers` think clients (started `BESIDE_LEAD_S` earlier, stopping with them; a thought still being
-    written then is waited for). Beside thinkers every request may take up to `think_timeout_s`: a standard read
-    that waits behind thoughts is measured, not cut off. No request repeats a state, across both workloads."""
-    numbers = itertools.count()
-    standard = _numbered(standard_body, model, numbers)
-    thinking = _numbered(think_body, model, numbers)
-    results = []
-    for concurrency in concurrencies:
-        asyncio.run(drive(_warmup(url, concurrency, duration_s, api_key), standard, answers_every_question))
-        alone = asyncio.run(measure(_plan(url, concurrency, duration_s, api_key), standard))
-        think_plan = LoadPlan(
-            url,
-            concurrency=thinkers,
-            duration_s=BESIDE_LEAD_S + duration_s,
-            timeout_s=think_timeout_s,
-            api_key=api_key,
-            honour_retry_after=True,
-        )
-        beside_plan = replace(_plan(url, concurrency, duration_s, api_key), timeout_s=think_timeout_s)
-        beside, think = asyncio.run(_beside(measure(think_plan, thinking), beside_plan, standard))
-        result = Beside(alone=alone, beside=beside, think=think, thinkers=thinkers)
-        results.append(result)
-        if on_level is not None:
-            on_level(result)
-    return results
-
-
-async def _beside(
-    thoughts: Coroutine[Any, Any, Level], plan: LoadPlan, body: Callable[[int], dict[str, Any]]
-) -> tuple[Level, Level]:
-    """The standard plan's level, measured `BESIDE_LEAD_S` into the thinkers' run, and the thinkers' level."""
-    thinking = asyncio.ensure_future(thoughts)
-    await asyncio.sleep(BESIDE_LEAD_S)
-    beside = await measure(plan, body)
-    return beside, await thinking
-
-
-def summarise_beside(
-    results: Sequence[Beside],
-    *,
-    command: str,
-    gpu: str,
-    extra: dict[str, Any] | None = None,
-    quantization: str = "bf16",
-) -> dict[str, Any]:
-    """The think-beside results file: the worst p95 rise over the levels run, whether every level met the
-    target, then each level (`Beside.summary`)."""
-    levels = [result.summary() for result in results]
-    ratios = [level["p95_ratio"] for level in levels if level["p95_ratio"] is not None]
-    result: dict[str, Any] = {
-        "gpu": gpu,
-        "date": dt.date.today().isoformat(),
-        "command": command,
-        "workload": "think-beside",
-        "quantization": quantization,
-        "thinkers": results[0].thinkers if results else THINKERS,
-        "worst_p95_ratio": max(ratios, default=None),
-        "p95_rise_target": BESIDE_P95_RISE_TARGET,
-        "meets_target": bool(levels) and all(level["meets_target"] for level in levels),
-        "levels": levels,
-        "request_example": {"standard": standard_body(0), "think": think_body(0)},
-        "host": {"python": platform.python_version(), "machine": platform.machine()},
-    }
-    result.update(extra or {})
-    return result
 
 
 def summarise(

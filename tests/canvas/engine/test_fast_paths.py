@@ -17,7 +17,7 @@ from canvasread.canvas.engine.weights import build_random
 from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead, Slot
 from canvasread.canvas.tokenizer import HFTokenizer
-from canvasread.tools.bench import cold_body, planned_reads, standard_body
+from canvasread.tools.workloads import cold_body, planned_reads, standard_body
 
 
 def fixed_reads(loaded: Any, count: int) -> list[CanvasRead]:

@@ -27,10 +27,12 @@ jobs: the batch queue then retries each job alone.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +50,9 @@ from canvasread.canvas.engine.tasks import Kit, Unit
 from canvasread.canvas.engine.works import ThoughtWork, Work
 
 logger = logging.getLogger(__name__)
+
+# How long the interpreter's exit waits for a loop's thread to finish the pass it is in.
+EXIT_WAIT_S = 10.0
 
 
 @dataclass
@@ -223,6 +228,14 @@ class EngineLoop:
         self._woken = threading.Condition(self._lock)  # a work arrived
         self._arrived: list[Work[Any]] = []
         self._running = False
+        self._thread: threading.Thread | None = None
+        _LOOPS.add(self)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the loop's thread, if one is running, to end."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def submit(self, work: Work[Any]) -> None:
         """Hand `work` to the loop (starting its thread if it is not running); the caller then waits on it."""
@@ -232,7 +245,8 @@ class EngineLoop:
             if self._running:
                 return
             self._running = True
-        threading.Thread(target=self._run, name="canvasread-engine", daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name="canvasread-engine", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         device = self.core.runner.stack.device
@@ -260,3 +274,16 @@ class EngineLoop:
                     work.fail(error, self.core.table)
                 self._arrived, self._running = [], False
             raise
+
+
+# Every loop alive, for the exit hook below (weakly: a loop nobody holds goes with its model and store).
+_LOOPS: weakref.WeakSet[EngineLoop] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_loops() -> None:
+    """At exit, let each loop's thread end before the interpreter finalizes: a daemon thread still freeing a
+    pass's tensors then (they release and retake the interpreter lock) is killed inside C++ and the process
+    aborts (`terminate called without an active exception`) after the program's own work was done."""
+    for loop in list(_LOOPS):
+        loop.join(EXIT_WAIT_S)

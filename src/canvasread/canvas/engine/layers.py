@@ -190,8 +190,9 @@ class LayerStack:
         tokens, heads, dim = query.shape
         kv_heads = keys.shape[1]
         fold = heads // kv_heads
-        all_keys = torch.cat([stored_keys[flat.past[0]], keys]).transpose(0, 1)[None]
-        all_values = torch.cat([stored_values[flat.past[0]], values]).transpose(0, 1)[None]
+        past = flat.past[0]
+        all_keys = torch.cat([stored_keys.index_select(0, past), keys]).transpose(0, 1)[None]
+        all_values = torch.cat([stored_values.index_select(0, past), values]).transpose(0, 1)[None]
         folded = query.view(tokens, kv_heads, fold, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, fold * tokens, dim)
         attended = F.scaled_dot_product_attention(folded, all_keys, all_values, attn_mask=masks[kind], scale=1.0)
         out = views.attended[kind].view(tokens, kv_heads, fold, dim)

@@ -76,22 +76,19 @@ def signalled_pass(runner: FusedRunner, store: KVStore, signal: torch.Tensor | N
 
 def graphed_steps(loaded: Any, reads: list[CanvasRead]) -> dict[str, Any]:
     """A later step is a pass whose self-conditioning signal is an input: the same pass with the same signal,
-    replayed from graphs (the pass is small: one flat pass's whole graph) and run without them (the same
+    replayed from graphs (the pass is small: one flat pass's whole graph) and run flat without them (the same
     compiled pieces), must agree; a constant captured in the graph would show as the signal changing nothing.
     The same pass attending in groups (piecewise graphs between eager attention) must agree too. Also whole
     4-step reads (each step's draws follow its logits, so bf16 rounding can move a sample and everything after
     it: reported, not held to 1e-5)."""
     runners, stores = {}, {}
-    variants = (
-        ("graphs", True, CHECK_BUCKETS),
-        ("compiled", False, CHECK_BUCKETS),
-        ("grouped", True, replace(CHECK_BUCKETS, flat_tokens=0)),
-    )
-    for name, graphs, buckets in variants:
-        runner = FusedRunner(loaded.model, cuda_graphs=graphs, compile="inductor", buckets=buckets)
+    variants = (("graphs", True, True), ("compiled", False, True), ("grouped", True, False))
+    for name, graphs, flat in variants:
+        runner = FusedRunner(loaded.model, cuda_graphs=graphs, compile="inductor", buckets=CHECK_BUCKETS, flat=flat)
         runner.warm_up()
         stack = runner.stack
-        stores[name] = KVStore(stack.kv_shapes(), pages=16, page=16, dtype=stack.embed.weight.dtype, device=DEVICE)
+        dtype = stack.embed.weight.dtype
+        stores[name] = KVStore(stack.kv_shapes(), pages=16, page=16, dtype=dtype, device=stack.device)
         runner.capture_flat(stores[name])
         runners[name] = runner
     width = loaded.model.config.text_config.hidden_size

@@ -98,6 +98,8 @@ def test_the_steps_workload_sweeps_a_canvas_model_through_the_gpu_benchmarks_scr
     assert report["workload"] == "steps4" and report["request_example"]["steps"] == 4
     [level] = report["sweep"]
     assert level["errors"] == 0 and level["requests_ok"] > 0
+    [engine] = report["engine_per_level"]
+    assert engine["engine_passes_per_s"] > 0 and engine["engine_flat_share"] == 0  # a CPU's passes attend in groups
     body = steps_body(5)
     answer = httpx.post(tiny_server + "/v1/systemone", json={**body, "diagnostics": True}, timeout=120).json()
     assert answers_every_question(body, answer)

@@ -83,14 +83,14 @@ class PieceGraphs:
         self.captures += 1
         return True
 
-    def replay_flat(self, flat: FlatAttention) -> bool:
-        """Replay the flat pass of `flat`'s shape with its inputs; False when that shape was not captured."""
-        captured = self._flat.get((int(flat.tokens.shape[1]), int(flat.past.shape[1])))
-        if captured is None:
-            return False
-        graph, inputs = captured
+    def has_flat(self, shape: tuple[int, int]) -> bool:
+        """Whether the flat pass of this (tokens, past) shape was captured."""
+        return shape in self._flat
+
+    def replay_flat(self, flat: FlatAttention) -> None:
+        """Replay the captured flat pass of `flat`'s shape with `flat`'s inputs."""
+        graph, inputs = self._flat[(int(flat.tokens.shape[1]), int(flat.past.shape[1]))]
         inputs.past.copy_(flat.past)
         inputs.tokens.copy_(flat.tokens)
         graph.replay()
         self.replays += 1
-        return True

@@ -76,11 +76,8 @@ class FusedRunner:
     def run(self, rows: Sequence[Row], store: KVStore) -> list[RowOutput]:
         """One pass over the layers for every row, padded to the smallest bucket that holds them all; a small
         pass attends flat (`layout.py`), replaying its whole graph where one was captured."""
-        tokens = sum(len(row.ids) for row in rows)
-        shape = None
-        if self.flat and not any(row.images for row in rows):
-            shape = self.buckets.flat_shape(tokens, sum(len(row.past) for row in rows))
-        bucket = shape[0] if shape is not None else self.buckets.pad(tokens)
+        shape = self._flat_shape(rows, store)
+        bucket = shape[0] if shape is not None else self.buckets.pad(sum(len(row.ids) for row in rows))
         stack = self.stack
         flat = (shape[1], store.scratch) if shape is not None else None
         layout = lay_out(rows, bucket=bucket, attention=stack.attention, flat=flat)
@@ -101,6 +98,17 @@ class FusedRunner:
             cursor += count
         return outputs
 
+    def _flat_shape(self, rows: Sequence[Row], store: KVStore) -> tuple[int, int] | None:
+        """The (tokens, past) shape a pass attends flat in, or None: it attends in groups when it holds an image,
+        is too large, or, on a GPU, has no graph of its shape over `store` (a capture that failed at start-up
+        leaves its shape to the grouped pass's piece graphs, not to a flat pass run eagerly)."""
+        if not self.flat or any(row.images for row in rows):
+            return None
+        shape = self.buckets.flat_shape(sum(len(row.ids) for row in rows), sum(len(row.past) for row in rows))
+        if shape is None or self.graphs is None:
+            return shape
+        return shape if store is self._captured_store and self.graphs.has_flat(shape) else None
+
     def _grouped(self, layout: PassLayout, views: Buffers, store: KVStore) -> None:
         """The layers of a pass that attends in groups: each layer's pieces replayed (or run), attention eager."""
         stack = self.stack
@@ -114,14 +122,13 @@ class FusedRunner:
                 self._piece(stack.post, index, views, graphs, 2 * index + 1)
 
     def _flat(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
-        """The layers of a flat pass: its whole graph replayed, or the layers run (a CPU, or no graph)."""
+        """The layers of a flat pass: its whole graph replayed on a GPU (`_flat_shape` picks captured shapes
+        only), else the layers run."""
         self.flat_passes += 1
         if self.graphs is not None:
-            if store is self._captured_store and self.graphs.replay_flat(flat):
-                return
-            if self.ready:
-                self.misses["not_captured"] += 1
-        self._flat_layers(flat, views, store)
+            self.graphs.replay_flat(flat)
+        else:
+            self._flat_layers(flat, views, store)
 
     def _flat_layers(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
         stack = self.stack

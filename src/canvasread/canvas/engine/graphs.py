@@ -15,9 +15,10 @@ inputs are copied into the graph's own before each replay.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -27,29 +28,40 @@ from canvasread.canvas.engine.layout import FlatAttention
 logger = logging.getLogger(__name__)
 
 
+class Graph(Protocol):
+    """What a capture gives: the recorded work, run again over the memory it was recorded on."""
+
+    def replay(self) -> None: ...
+
+
 class PieceGraphs:
     """Captured pieces by bucket: for layer l, `pre` at index 2l and `post` at 2l + 1."""
 
     def __init__(self) -> None:
-        self._graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
-        self._flat: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, FlatAttention]] = {}
+        self._graphs: dict[int, list[Graph]] = {}
+        self._flat: dict[tuple[int, int], tuple[Graph, FlatAttention]] = {}
         self._pool: Any = None
         self.captures = 0
         self.replays = 0
 
-    def get(self, bucket: int) -> list[torch.cuda.CUDAGraph] | None:
+    def get(self, bucket: int) -> list[Graph] | None:
         return self._graphs.get(bucket)
+
+    def record(self, run: Callable[[], None]) -> Graph:
+        """`run` captured as a CUDA graph in the shared pool (the one place anything is captured)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            run()
+        return graph
 
     def capture(self, stack: LayerStack, views: Buffers, bucket: int) -> bool:
         """Capture every piece of a bucket (after an eager pass of it has warmed the kernels); False if it failed."""
-        graphs = []
         try:
-            for index in range(len(stack.layers)):
-                for piece in (stack.pre, stack.post):
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=self.pool):
-                        piece(index, views)
-                    graphs.append(graph)
+            graphs = [
+                self.record(functools.partial(piece, index, views))
+                for index in range(len(stack.layers))
+                for piece in (stack.pre, stack.post)
+            ]
         except Exception:
             logger.warning("capturing the pieces of bucket %d failed; it runs without graphs", bucket, exc_info=True)
             return False
@@ -57,7 +69,7 @@ class PieceGraphs:
         self.captures += len(graphs)
         return True
 
-    def replay(self, graphs: list[torch.cuda.CUDAGraph], index: int) -> None:
+    def replay(self, graphs: list[Graph], index: int) -> None:
         graphs[index].replay()
         self.replays += 1
 
@@ -72,10 +84,8 @@ class PieceGraphs:
         """Capture `run` of a flat pass over `inputs` (kept: each replay's inputs are copied into them), after an
         eager run has warmed its kernels; False if it failed."""
         shape = (int(inputs.tokens.shape[1]), int(inputs.past.shape[1]))
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                run(inputs)
+            graph = self.record(functools.partial(run, inputs))
         except Exception:
             logger.warning("capturing the flat pass %s failed; it runs without a graph", shape, exc_info=True)
             return False

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.graphs import PieceGraphs
+from canvasread.canvas.engine.graphs import Graph, PieceGraphs
 from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layers import Buffers, LayerStack
@@ -144,7 +144,7 @@ class FusedRunner:
         piece: Callable[[int, Buffers], None],
         index: int,
         views: Buffers,
-        graphs: list[torch.cuda.CUDAGraph] | None,
+        graphs: list[Graph] | None,
         number: int,
     ) -> None:
         """Replay a captured piece, or run it; after warm-up a recompile is counted and the piece runs eagerly."""

@@ -10,6 +10,7 @@ cacheable prefix: requests that ask the same questions share them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ from canvasread.types import ImageAsset, Question
 THOUGHT_BLOCK = "<|channel>thought\n<channel|>"
 # Stands for the state while the prefix is found: a text no state or question contains.
 STATE_MARKER = "\x00state\x00"
+# System turns whose prefix ids are kept: one per question set in use (a few hundred ids each).
+PREFIXES_KEPT = 1024
 
 LINES_INTRO = (
     "You are a decision model. The user's message is the state. Answer every question below about the state "
@@ -85,6 +88,9 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.images = images
         self.thought_in_prompt = thought_in_prompt
+        # The prefix depends on the system turn alone, and requests of one question set share it: rendering the
+        # chat template and tokenising it again for each was about 40% of a `standard` request's planning.
+        self.prefix_ids = functools.lru_cache(maxsize=PREFIXES_KEPT)(self._prefix_ids)
 
     def check_assets(self, texts: Iterable[str], assets: Mapping[str, ImageAsset]) -> None:
         """Refuse images this model cannot see, and an asset no prompt mentions (the model would never see it)."""
@@ -117,8 +123,7 @@ class PromptEncoder:
 
     def _encode(self, prompt: PromptText, text: str, assets: Mapping[str, ImageAsset]) -> EncodedPrompt:
         ids, images = self._ids(text, assets)
-        marked = self.tokenizer.chat_prompt(prompt.system, STATE_MARKER)
-        prefix_ids = self.tokenizer.encode(marked.split(STATE_MARKER)[0])
+        prefix_ids = self.prefix_ids(prompt.system)
         prefix_length = next(
             (i for i, (a, b) in enumerate(zip(prefix_ids, ids, strict=False)) if a != b),
             min(len(prefix_ids), len(ids)),
@@ -126,6 +131,11 @@ class PromptEncoder:
         if images:  # the shared, cacheable prefix never holds an image (all soft tokens share one id)
             prefix_length = min(prefix_length, images[0].start - 1)
         return EncodedPrompt(tuple(ids), prefix_length, images)
+
+    def _prefix_ids(self, system: str) -> tuple[int, ...]:
+        """The ids of every prompt with this system turn up to the state (the prompt cut where it starts)."""
+        marked = self.tokenizer.chat_prompt(system, STATE_MARKER)
+        return tuple(self.tokenizer.encode(marked.split(STATE_MARKER)[0]))
 
     def _ids(self, text: str, assets: Mapping[str, ImageAsset]) -> tuple[list[int], tuple[PromptImage, ...]]:
         """Token ids of the prompt, each image the text mentions replaced by the model's image block."""

@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 from canvasread.backends.sparrow import DEFAULT_SPARROW_MODEL
+from canvasread.cli.model_flags import Calibrations, Models
 from canvasread.cli.options import DEFAULT_API_KEY, ApiKey, RemoteUrl
-from canvasread.cli.serve_flags import Calibrations, Models
 
 
 def mcp(

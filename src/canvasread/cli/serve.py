@@ -11,8 +11,9 @@ from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
 from canvasread.cli.errors import UserError, console, warn
 from canvasread.cli.escalation_flags import EscalationFlags
+from canvasread.cli.model_flags import ModelFlags
 from canvasread.cli.options import flag_groups
-from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ModelFlags, ServerFlags
+from canvasread.cli.serve_flags import LOOPBACK, BatchFlags, LimitFlags, ServerFlags
 from canvasread.cli.upstream_flags import UpstreamFlags
 from canvasread.decide import Decider
 from canvasread.settings import ImageLimits, ServerSettings

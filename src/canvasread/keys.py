@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -110,15 +110,28 @@ def _in_annotation(value: Any, annotation: Any, loc: Loc) -> Iterator[UnknownKey
 
 def _member_for(value: Any, members: tuple[Any, ...]) -> Any:
     """The model member of a union that `value` is meant for: the one its `type` names, else the only model."""
-    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
-    if not isinstance(value, Mapping) or not models:
+    if not isinstance(value, Mapping):
         return None
-    tagged = [m for m in models if _tag_of(m) is not None]
-    if tagged:
-        return next((m for m in tagged if value.get("type") in (_tag_of(m) or ())), None)
-    return models[0] if len(models) == 1 else None
+    by_tag, only = _union_models(members)
+    if by_tag:
+        tag = value.get("type")
+        return by_tag.get(tag) if isinstance(tag, Hashable) else None
+    return only
 
 
+@functools.cache
+def _union_models(members: tuple[Any, ...]) -> tuple[dict[Any, type[BaseModel]], type[BaseModel] | None]:
+    """A union's models by each `type` value that names one (first member first), and its one model when none is
+    tagged; worked out once a union, as every question of every request is checked against the questions'."""
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    by_tag: dict[Any, type[BaseModel]] = {}
+    for model in models:
+        for tag in _tag_of(model) or ():
+            by_tag.setdefault(tag, model)
+    return by_tag, models[0] if len(models) == 1 and not by_tag else None
+
+
+@functools.cache
 def _tag_of(model: type[BaseModel]) -> tuple[Any, ...] | None:
     """The values a model's `type` field may take when it is a literal (a discriminated union's member)."""
     field = model.model_fields.get("type")

@@ -65,6 +65,9 @@ class FlatAttention:
     tokens: torch.Tensor  # [5, tokens]: each token's row (-1: padding), position, prompt total, prompt (1) or
     # canvas (0), and the store slot its keys go to
 
+    def to(self, device: torch.device) -> FlatAttention:
+        return FlatAttention(self.past.to(device), self.tokens.to(device))
+
 
 @dataclass(frozen=True)
 class PassLayout:
@@ -135,7 +138,7 @@ def lay_out(
         torch.cat([empty, *slots]).to(device),
         starts,
         [] if flat is not None else [_group(rows, starts, members, attention) for members in _grouping(rows)],
-        _flat(rows, starts, bucket, *flat, device) if flat is not None else None,
+        _flat(rows, starts, positions, *flat).to(device) if flat is not None else None,
         [(start + offset, features) for row, start in placed for offset, features in row.images],
         [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
     )
@@ -152,27 +155,37 @@ def flat_masks(flat: FlatAttention, attention: Attention) -> dict[str, torch.Ten
     return masks
 
 
+def padding_flat(tokens: int, past: int, scratch: int, device: torch.device) -> FlatAttention:
+    """The inputs of a flat pass of `tokens` tokens over `past` past keys that are all padding (what `lay_out`
+    fills in, and what start-up captures a flat shape over): writes and past keys at the store's scratch slot."""
+    return FlatAttention(
+        torch.tensor([[scratch], [-1], [0]], device=device).repeat(1, past),
+        torch.tensor([[-1], [0], [0], [0], [scratch]], device=device).repeat(1, tokens),
+    )
+
+
 def _flat(
-    rows: Sequence[Row], starts: Sequence[int], bucket: int, past_bucket: int, scratch: int, device: torch.device
+    rows: Sequence[Row], starts: Sequence[int], positions: torch.Tensor, past_bucket: int, scratch: int
 ) -> FlatAttention:
-    past = torch.tensor([[scratch], [-1], [0]]).repeat(1, past_bucket)
-    tokens = torch.tensor([[-1], [0], [0], [0], [scratch]]).repeat(1, bucket)
+    """A flat pass's inputs on the CPU: each row's past keys after the last row's, each token's role."""
+    flat = padding_flat(len(positions), past_bucket, scratch, torch.device("cpu"))
+    past, tokens = flat.past, flat.tokens
+    tokens[1] = positions
     cursor = 0
     for number, (row, start) in enumerate(zip(rows, starts, strict=True)):
         cached, end = len(row.past), start + len(row.ids)
+        if cursor + cached > past_bucket:
+            raise ValueError(f"{cursor + cached} past keys do not fit a flat past bucket of {past_bucket}")
         past[0, cursor : cursor + cached] = row.past
         past[1, cursor : cursor + cached] = number
         past[2, cursor : cursor + cached] = torch.arange(cached)
         cursor += cached
         tokens[0, start:end] = number
-        tokens[1, start:end] = torch.arange(cached, cached + len(row.ids))
         tokens[2, start:end] = cached + (0 if row.canvas else len(row.ids))
         tokens[3, start:end] = 0 if row.canvas else 1
         if row.write is not None:
             tokens[4, start:end] = row.write
-    if cursor > past_bucket:
-        raise ValueError(f"{cursor} past keys do not fit a flat past bucket of {past_bucket}")
-    return FlatAttention(past.to(device), tokens.to(device))
+    return flat
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

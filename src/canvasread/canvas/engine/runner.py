@@ -22,7 +22,7 @@ from canvasread.canvas.engine.graphs import Graph, PieceGraphs
 from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layers import Buffers, LayerStack
-from canvasread.canvas.engine.layout import FlatAttention, PassLayout, flat_masks, lay_out
+from canvasread.canvas.engine.layout import FlatAttention, PassLayout, flat_masks, lay_out, padding_flat
 from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
 from canvasread.canvas.engine.settings import Buckets
@@ -111,15 +111,10 @@ class FusedRunner:
 
     def _grouped(self, layout: PassLayout, views: Buffers, store: KVStore) -> None:
         """The layers of a pass that attends in groups: each layer's pieces replayed (or run), attention eager."""
-        stack = self.stack
         graphs = self.graphs.get(layout.size) if self.graphs is not None else None
         if self.graphs is not None and graphs is None and self.ready:
             self.misses["not_captured"] += 1
-        with stack.attending():
-            for index in range(len(stack.layers)):
-                self._piece(stack.pre, index, views, graphs, 2 * index)
-                stack.attend(index, views, layout, store)
-                self._piece(stack.post, index, views, graphs, 2 * index + 1)
+        self._layers(views, graphs, functools.partial(self.stack.attend, views=views, layout=layout, store=store))
 
     def _flat(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
         """The layers of a flat pass: its whole graph replayed on a GPU (`_flat_shape` picks captured shapes
@@ -131,13 +126,18 @@ class FusedRunner:
             self._flat_layers(flat, views, store)
 
     def _flat_layers(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
+        masks = flat_masks(flat, self.stack.attention)
+        attend = functools.partial(self.stack.attend_flat, views=views, flat=flat, masks=masks, store=store)
+        self._layers(views, None, attend)
+
+    def _layers(self, views: Buffers, graphs: list[Graph] | None, attend: Callable[[int], None]) -> None:
+        """Every layer: its `pre` piece, `attend(layer)`, its `post` piece (replayed from `graphs` where given)."""
         stack = self.stack
-        masks = flat_masks(flat, stack.attention)
         with stack.attending():
             for index in range(len(stack.layers)):
-                self._piece(stack.pre, index, views, None, 2 * index)
-                stack.attend_flat(index, views, flat, masks, store)
-                self._piece(stack.post, index, views, None, 2 * index + 1)
+                self._piece(stack.pre, index, views, graphs, 2 * index)
+                attend(index)
+                self._piece(stack.post, index, views, graphs, 2 * index + 1)
 
     def _piece(
         self,
@@ -206,12 +206,8 @@ class FusedRunner:
         if self.graphs is None or not self.flat:
             return
         self._captured_store = store
-        device = self.stack.device
         for bucket, past in self.buckets.flat:
-            inputs = FlatAttention(
-                torch.tensor([[store.scratch], [-1], [0]], device=device).repeat(1, past),
-                torch.tensor([[-1], [0], [0], [0], [store.scratch]], device=device).repeat(1, bucket),
-            )
+            inputs = padding_flat(bucket, past, store.scratch, self.stack.device)
             views = self.buffers.view(bucket)
             self._flat_layers(inputs, views, store)
             self.graphs.capture_flat(inputs, functools.partial(self._flat_layers, views=views, store=store))

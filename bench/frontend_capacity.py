@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
+from soak import wait_ready
 
 from canvasread.canvas.backend import CanvasBackend, CanvasRuntime
 from canvasread.canvas.reader import CanvasRead, SlotLogProbs
@@ -105,7 +105,7 @@ def main() -> None:
         server = subprocess.Popen([sys.executable, __file__, str(args.out), "--serve", folder, str(PORT)])
         url = f"http://127.0.0.1:{PORT}"
         try:
-            wait_ready(url, server)
+            wait_ready(url, server.poll)
             levels = measure(url, server.pid, [int(n) for n in args.levels.split(",")], args.duration, args.workload)
         finally:
             server.terminate()
@@ -119,20 +119,6 @@ def main() -> None:
         "levels": levels,
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-
-
-def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit("the server ended before it was ready")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the server was not ready in {timeout_s:.0f} s")
 
 
 if __name__ == "__main__":

@@ -366,6 +366,79 @@ def test_without_a_cost_function_only_max_batch_limits_a_batch() -> None:
     assert asyncio.run(scenario()) == [["first"], ["a", "b"], ["c"]]
 
 
+class Stalls:
+    """A batch function whose batches each wait for their own release (by the first job's name), recording what
+    entered and what left, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.release = {name: threading.Event() for name in "abcd"}
+
+    def __call__(self, jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
+        name = jobs[0][0]
+        self.events.append(f"enter {name}")
+        assert self.release[name].wait(30), "the batch was never released"
+        self.events.append(f"leave {name}")
+        return [job.upper() for job in jobs]
+
+
+def test_beside_running_batches_a_batch_takes_only_what_fits_the_budget_with_them() -> None:
+    """Four batches at once and a budget of 100 tokens: "b" (30) runs beside "a" (60), "c" (20) would pass the
+    budget with them and waits, slots free or not, until a batch ends and leaves it room."""
+
+    async def scenario() -> None:
+        stalls = Stalls()
+        settings = BatchSettings(max_batch_tokens=100, linger_s=0.0)
+        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
+        queue.allow(4)
+        queue.start()
+        a = asyncio.create_task(queue.submit(ready("a:60:0")))
+        await until(lambda: stalls.events == ["enter a"])
+        b = asyncio.create_task(queue.submit(ready("b:30:0")))
+        await until(lambda: stalls.events == ["enter a", "enter b"])
+        c = asyncio.create_task(queue.submit(ready("c:20:0")))
+        await until(lambda: queue.pending == 3)
+        for _ in range(20):  # the collect loop's turns: it would hand "c" over now if it fit
+            await asyncio.sleep(0)
+        assert stalls.events == ["enter a", "enter b"]
+        stalls.release["b"].set()
+        await until(lambda: "enter c" in stalls.events)
+        assert stalls.events == ["enter a", "enter b", "leave b", "enter c"]
+        stalls.release["a"].set()
+        stalls.release["c"].set()
+        assert await asyncio.gather(a, b, c) == ["A:60:0", "B:30:0", "C:20:0"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_free_slot_admits_past_the_queue_delay_only_while_the_work_in_flight_fits_one_batch() -> None:
+    """A measured rate that makes the work in flight a wait far past the 1.5 s budget: beside "a" (90 of a
+    100-token budget), the next request is admitted (with its estimated cost it fits one batch with "a", so it
+    would share a's passes); once "b" (20) has come, the work in flight is past one batch, and the request after
+    it is shed though batches are free: the backend's passes are full, and the wait is real."""
+
+    async def scenario() -> None:
+        stalls = Stalls()
+        settings = BatchSettings(max_batch_tokens=100, max_queue_delay_s=1.5)
+        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
+        queue.allow(4)
+        queue.start()
+        queue.backlog.recent.extend([(1.0, 1, 10.0)] * 4)
+        a = asyncio.create_task(queue.submit(ready("a:90:0")))
+        await until(lambda: stalls.events == ["enter a"])
+        b = asyncio.create_task(queue.submit(ready("b:20:0")))
+        await until(lambda: queue.pending == 2 and queue.backlog.prepared == 2)
+        with pytest.raises(Overloaded, match="--max-queue-delay"):
+            await queue.submit(ready("c:1:0"))
+        stalls.release["a"].set()
+        stalls.release["b"].set()
+        assert await asyncio.gather(a, b) == ["A:90:0", "B:20:0"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
 def test_batch_settings_are_checked() -> None:
     for bad in ({"max_batch_tokens": 0}, {"max_pending": 0}, {"linger_s": -1.0}):
         with pytest.raises(ValueError):

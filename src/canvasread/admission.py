@@ -83,7 +83,11 @@ class Backlog:
         rate = self.rate()
         if rate is None:
             return None
-        return (self.prepared_cost + max(0, preparing) * self._mean_cost()) / rate
+        return self.cost_ahead(preparing) / rate
+
+    def cost_ahead(self, preparing: int) -> float:
+        """The cost in flight, `preparing` requests counted at the mean cost of the recent ones."""
+        return self.prepared_cost + max(0, preparing) * self._mean_cost()
 
     def retry_after(self, over_s: float, now: float) -> float:
         """Seconds until a request shed now should come back: `over_s` (how far the backlog is past what may

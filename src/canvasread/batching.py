@@ -6,7 +6,12 @@ resolves one future per job. While the workers run, new jobs pile up and form
 the next batch, so throughput grows with load while a lone job starts at once. A
 backend that reads several batches at once (`allow`: the in-process engine
 merges their reads in one loop's passes) gets the next batch as soon as one of
-its slots is free, instead of after the batch before it.
+its slots is free, instead of after the batch before it, while the cost of
+every batch it holds stays within one batch's budget (`max_batch_tokens`,
+`max_batch_pixels`): closed-loop clients come back one by one and form small
+batches, and a slot count alone would make the last of them wait a pass
+behind the rest; a cost bound instead keeps what the backend holds, and so
+what admission cannot see, to one batch's worth.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
 dropped before they run; one whose caller leaves while its batch runs still
 counts as pending until the batch ends, because the worker is still busy with
@@ -90,26 +95,26 @@ class _Pending(Generic[JobT, ResultT]):
     job: JobT
     future: asyncio.Future[ResultT]
     cost: float
+    holds: JobCost  # what it makes the backend hold while it runs (the batch budget's units)
     running: bool = False
     abandoned: bool = False
 
 
-class _Budget(Generic[JobT]):
-    """What one batch has taken so far of its token and pixel budget; the first job always fits."""
+class _Budget:
+    """What one batch has taken of the token and pixel budget, beside what the running batches hold (`running`,
+    None when none runs): the first job of a batch always fits while no batch runs."""
 
-    def __init__(self, settings: BatchSettings, cost: Callable[[JobT], JobCost] | None) -> None:
+    def __init__(self, settings: BatchSettings, running: JobCost | None) -> None:
         self._settings = settings
-        self._cost = cost
-        self._tokens = self._pixels = 0
-        self._jobs = 0
+        self._tokens, self._pixels = (running.tokens, running.pixels) if running is not None else (0, 0)
+        self._taken = running is not None
 
-    def fits(self, job: JobT) -> bool:
-        """Take `job` into the batch if it fits (True), else leave the budget as it was (False)."""
-        cost = self._cost(job) if self._cost is not None else JobCost()
+    def fits(self, cost: JobCost) -> bool:
+        """Take a job of `cost` into the batch if it fits (True), else leave the budget as it was (False)."""
         tokens, pixels = self._tokens + cost.tokens, self._pixels + cost.pixels
-        if self._jobs and (tokens > self._settings.max_batch_tokens or pixels > self._settings.max_batch_pixels):
+        if self._taken and (tokens > self._settings.max_batch_tokens or pixels > self._settings.max_batch_pixels):
             return False
-        self._tokens, self._pixels, self._jobs = tokens, pixels, self._jobs + 1
+        self._tokens, self._pixels, self._taken = tokens, pixels, True
         return True
 
 
@@ -139,6 +144,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._executor = ThreadPoolExecutor(max_workers=MAX_BATCHES_AT_ONCE, thread_name_prefix=f"canvasread-{name}")
         self._pending = 0
         self._running_jobs = 0  # jobs inside running batches
+        self._holding = JobCost()  # what the running batches' jobs make the backend hold, summed
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -199,7 +205,8 @@ class BatchQueue(Generic[JobT, ResultT]):
         item: _Pending[JobT, ResultT] | None = None
         try:
             job = await prepare()
-            item = _Pending(job, asyncio.get_running_loop().create_future(), self._units(job))
+            holds = self._cost(job) if self._cost is not None else JobCost()
+            item = _Pending(job, asyncio.get_running_loop().create_future(), float(max(1, holds.tokens)), holds)
             self.backlog.add(item.cost)
             self._queue.put_nowait(item)
             return await item.future
@@ -211,7 +218,8 @@ class BatchQueue(Generic[JobT, ResultT]):
 
     def _admit(self) -> None:
         """Shed a request before it takes a place: the queue is full, or the wait is past the latency budget."""
-        wait = self.backlog.wait_s(preparing=self._pending - self.backlog.prepared)
+        preparing = self._pending - self.backlog.prepared
+        wait = self.backlog.wait_s(preparing)
         now = time.monotonic()
         if self._pending >= self.settings.max_pending:
             self.stats.shed += 1
@@ -222,7 +230,7 @@ class BatchQueue(Generic[JobT, ResultT]):
                 retry_after_s=_hint(self.backlog.retry_after(over, now)),
             )
         budget = self.settings.max_queue_delay_s
-        if wait is not None and budget is not None and wait > budget and not self._starts_now():
+        if wait is not None and budget is not None and wait > budget and not self._starts_now(preparing):
             self.stats.shed += 1
             raise Overloaded(
                 f"{self.name} would keep this request waiting about {wait:.1f} s behind {self._pending} others "
@@ -230,18 +238,17 @@ class BatchQueue(Generic[JobT, ResultT]):
                 retry_after_s=_hint(self.backlog.retry_after(wait - budget, now)),
             )
 
-    def _starts_now(self) -> bool:
-        """Whether a request admitted now would start at once: the backend has a batch free, and the requests
-        ahead of it that are not running yet (queued, or still being prepared) go in that batch with it. Then it
-        waits behind nothing (the backend shares its passes with the batches in flight), however long the work
-        in flight takes: a thought of seconds must not make the next thought, which would share its passes, look
-        as if it queued behind it; nor must clients that arrive together shed each other."""
+    def _starts_now(self, preparing: int) -> bool:
+        """Whether a request admitted now would start at once: the backend has a batch free, the requests ahead
+        of it that are not running yet (queued, or `preparing`) go in that batch with it, and all of it, the
+        running batches included, is within one batch's token budget. Then it waits behind nothing (the backend
+        shares its passes with the batches in flight), however long the work in flight takes: a thought of
+        seconds must not make the next thought, which would share its passes, look as if it queued behind it;
+        nor must clients that arrive together shed each other. Past one batch's budget the backend's passes are
+        full, and the work in flight is a real wait."""
         waiting = self._pending - self._running_jobs
-        return len(self._running) < self.batches_at_once and waiting < self.settings.max_batch
-
-    def _units(self, job: JobT) -> float:
-        """The job's cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""
-        return float(max(1, self._cost(job).tokens)) if self._cost is not None else 1.0
+        fits = self.backlog.cost_ahead(preparing + 1) <= self.settings.max_batch_tokens
+        return len(self._running) < self.batches_at_once and waiting < self.settings.max_batch and fits
 
     def _release(self, item: _Pending[JobT, ResultT] | None) -> None:
         if item is not None:
@@ -251,27 +258,31 @@ class BatchQueue(Generic[JobT, ResultT]):
             self._idle.set()
             self.backlog.idle()
 
-    async def _next_batch(self, queue: asyncio.Queue[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]]:
+    async def _next_batch(self, queue: asyncio.Queue[_Pending[JobT, ResultT]]) -> list[_Pending[JobT, ResultT]] | None:
         """Everything waiting, plus stragglers: for `max_wait_s`, and for `linger_s` more while requests that
         were accepted are still being prepared (closed-loop clients that just got an answer send their next
         request a moment later; without this they would fall out of step and be read one at a time).
-        A lone request never waits: nothing else is in flight."""
+        A lone request never waits: nothing else is in flight. None when the first job waiting does not fit
+        beside what the running batches hold (it is kept for the next batch)."""
         held, self._held = self._held, None
-        batch = [held if held is not None else await queue.get()]
-        budget = _Budget(self.settings, self._cost)
-        budget.fits(batch[0].job)
+        first = held if held is not None else await queue.get()
+        budget = _Budget(self.settings, self._holding if self._running else None)
+        if not budget.fits(first.holds):
+            self._held = first
+            return None
+        batch = [first]
         started = time.monotonic()
         while len(batch) < self.settings.max_batch:
             if not queue.empty():
                 item = queue.get_nowait()
-                if not budget.fits(item.job):
+                if not budget.fits(item.holds):
                     self._held = item
                     break
                 batch.append(item)
                 continue
             waited = time.monotonic() - started
             remaining = self.settings.max_wait_s - waited
-            if self._pending > len(batch):
+            if self._pending > self.backlog.prepared:  # accepted, still being prepared
                 remaining = max(remaining, self.settings.linger_s - waited)
             if remaining <= 0:
                 break
@@ -279,22 +290,26 @@ class BatchQueue(Generic[JobT, ResultT]):
                 item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 break
-            if not budget.fits(item.job):
+            if not budget.fits(item.holds):
                 self._held = item
                 break
             batch.append(item)
         return batch
 
     async def _collect(self) -> None:
-        """Form a batch whenever the backend has a free slot, and run it beside the batches already running."""
+        """Form a batch whenever the backend has a free slot and room beside what it holds, and run it beside the
+        batches already running."""
         assert self._queue is not None
+        batch: list[_Pending[JobT, ResultT]] | None = []
         while True:
-            while len(self._running) >= self.batches_at_once:
+            while len(self._running) >= self.batches_at_once or batch is None:
                 self._slot_free.clear()
                 await self._slot_free.wait()
+                batch = []
             batch = await self._next_batch(self._queue)
-            live = self._live(batch)
+            live = self._live(batch or [])
             if live:
+                self._started_running(live)
                 task = asyncio.get_running_loop().create_task(self._run(live))
                 self._running.add(task)
                 task.add_done_callback(self._batch_done)
@@ -309,11 +324,16 @@ class BatchQueue(Generic[JobT, ResultT]):
         self.stats.dropped += len(items) - len(live)
         return live
 
-    async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
-        started = time.monotonic()
-        for item in live:
+    def _started_running(self, items: Sequence[_Pending[JobT, ResultT]]) -> None:
+        """A worker takes these jobs (before their batch is handed over, so the next batch formed counts them)."""
+        self._running_jobs += len(items)
+        for item in items:
             item.running = True
-        self._running_jobs += len(live)
+            self._holding = JobCost(self._holding.tokens + item.holds.tokens, self._holding.pixels + item.holds.pixels)
+
+    async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
+        """Run a batch whose jobs `_started_running` marked; resolve each job's future."""
+        started = time.monotonic()
         try:
             try:
                 results = await asyncio.get_running_loop().run_in_executor(
@@ -331,6 +351,7 @@ class BatchQueue(Generic[JobT, ResultT]):
             if len(live) > 1:
                 for item in live:  # find the poisonous job(s): the others still get their answers
                     if alone := self._live([item]):
+                        self._started_running(alone)
                         await self._run(alone)
                 return
             if not isinstance(error, CanvasreadError):
@@ -354,6 +375,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._running_jobs -= len(items)
         for item in items:
             item.running = False
+            self._holding = JobCost(self._holding.tokens - item.holds.tokens, self._holding.pixels - item.holds.pixels)
             if item.abandoned:
                 item.abandoned = False
                 self._release(item)

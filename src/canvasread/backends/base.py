@@ -112,7 +112,7 @@ class ReportsCost(Protocol):
 
 
 # The most batches any backend may read at once (the batch queue's worker threads, started as they are needed).
-MAX_BATCHES_AT_ONCE = 16
+MAX_BATCHES_AT_ONCE = 64
 
 
 @runtime_checkable

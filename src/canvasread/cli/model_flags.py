@@ -97,11 +97,12 @@ PassTokens = Annotated[
     ),
 ]
 BatchesInFlight = Annotated[
-    int,
+    int | None,
     typer.Option(
         metavar="N",
         rich_help_panel=MODELS,
-        help="In-process engine: batches read at once, their reads, re-reads and thoughts sharing its passes.",
+        help="In-process engine: batches read at once, their reads, re-reads and thoughts sharing its passes "
+        "(default: 64 on a GPU, 4 on a CPU).",
     ),
 ]
 ThoughtShare = Annotated[

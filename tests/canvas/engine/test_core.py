@@ -13,6 +13,7 @@ from helpers import assert_same_read, mixed_reads, tiny_model
 from canvasread.canvas.engine.kvstore import KVStore, StoreFull
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
+from canvasread.canvas.engine.settings import CPU_BATCHES_IN_FLIGHT
 from canvasread.canvas.reader import CanvasRead
 from canvasread.decide import Decider
 
@@ -129,6 +130,6 @@ def test_a_failing_pass_fails_the_calls_in_it_and_the_loop_reads_on(tiny_decider
 
 
 def test_the_engine_backend_reads_several_batches_at_once(tiny_decider: Decider) -> None:
-    """What `serve --model` builds: the batch queue is allowed the engine's batches in flight."""
+    """What `serve --model` builds on a CPU: the batch queue is allowed the engine's batches in flight there."""
     [served] = tiny_decider.served
-    assert served.queue.batches_at_once == 4
+    assert served.queue.batches_at_once == CPU_BATCHES_IN_FLIGHT

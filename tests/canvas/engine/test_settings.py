@@ -1,10 +1,17 @@
-"""`Buckets`, the engine's one shape policy: which passes attend flat, and the shapes start-up captures whole."""
+"""`Buckets`, the engine's one shape policy: which passes attend flat, and the shapes start-up captures whole;
+`EngineSettings.batches`, the batches read at once on each kind of device."""
 
 from __future__ import annotations
 
 import pytest
 
-from canvasread.canvas.engine.settings import Buckets
+from canvasread.backends.base import MAX_BATCHES_AT_ONCE
+from canvasread.canvas.engine.settings import (
+    CPU_BATCHES_IN_FLIGHT,
+    GPU_BATCHES_IN_FLIGHT,
+    Buckets,
+    EngineSettings,
+)
 
 
 def test_a_small_pass_attends_flat_in_the_smallest_buckets_that_hold_it() -> None:
@@ -29,3 +36,17 @@ def test_a_large_pass_or_a_long_past_attends_in_groups() -> None:
 def test_a_shape_policy_that_cannot_work_is_refused(settings: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"bucket|flat"):
         Buckets(**settings)  # type: ignore[arg-type]
+
+
+def test_the_batches_read_at_once_default_by_device_and_a_flag_overrides_both() -> None:
+    assert EngineSettings().batches(on_gpu=True) == GPU_BATCHES_IN_FLIGHT
+    assert EngineSettings().batches(on_gpu=False) == CPU_BATCHES_IN_FLIGHT
+    assert GPU_BATCHES_IN_FLIGHT > CPU_BATCHES_IN_FLIGHT
+    for on_gpu in (True, False):
+        assert EngineSettings(batches_in_flight=7).batches(on_gpu=on_gpu) == 7
+
+
+@pytest.mark.parametrize("batches", [0, MAX_BATCHES_AT_ONCE + 1])
+def test_batches_in_flight_past_what_the_batch_queue_runs_are_refused(batches: int) -> None:
+    with pytest.raises(ValueError, match=f"between 1 and {MAX_BATCHES_AT_ONCE}"):
+        EngineSettings(batches_in_flight=batches)

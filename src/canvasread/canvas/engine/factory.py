@@ -149,20 +149,21 @@ def fused_reader(loaded: LoadedModel, settings: EngineSettings) -> InProcessRead
 
 def _fused(loaded: LoadedModel, settings: EngineSettings) -> _Engine:
     """The fused engine in this process: its reads and thoughts share one loop's passes, fed by
-    `batches_in_flight` batches at once."""
+    `EngineSettings.batches` batches at once."""
     from canvasread.canvas.engine.reader import EngineThinker
 
     reader = fused_reader(loaded, settings)
     capacity = StoreCapacity(reader.store.pages, reader.store.page, CAPACITY_LIMIT)
     images = _image_tokens(loaded.model.config, loaded.image_processor)
-    return _Engine(reader, EngineThinker(reader), images, capacity, settings.batches_in_flight)
+    batches = settings.batches(on_gpu=reader.runner.stack.device.type == "cuda")
+    return _Engine(reader, EngineThinker(reader), images, capacity, batches)
 
 
 def _engine_process(spec: str, settings: EngineSettings) -> CanvasRuntime:
     """The fused engine in a process of its own (`worker.py`); this process keeps the tokenizer, the config and
     the image processor, to plan and refuse requests."""
     from canvasread.canvas.engine.client import EngineClient
-    from canvasread.canvas.engine.loader import load_companions
+    from canvasread.canvas.engine.loader import load_companions, resolve_device
 
     client = EngineClient.start(spec, settings)
     try:
@@ -173,7 +174,8 @@ def _engine_process(spec: str, settings: EngineSettings) -> CanvasRuntime:
     ready = client.ready
     capacity = StoreCapacity(ready.pages, ready.page, CAPACITY_LIMIT)
     images = _image_tokens(companions.config, companions.image_processor)
-    engine = _Engine(client, client, images, capacity, settings.batches_in_flight, client.health_problem, client.close)
+    batches = settings.batches(on_gpu=resolve_device(settings.device).type == "cuda")
+    engine = _Engine(client, client, images, capacity, batches, client.health_problem, client.close)
     return _runtime(companions.config, companions.tokenizer, ready.fingerprint, engine, settings, naive=False)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from canvasread.backends.base import MAX_BATCHES_AT_ONCE
+
 # Bytes of the KV store off a GPU (encoded prompts kept for reuse and the prompts a pass reads); on a GPU
 # the store takes a share of the memory left after the weights (`cache_bytes=None`).
 DEFAULT_CPU_CACHE_BYTES = 2 << 30
@@ -22,7 +24,13 @@ DEFAULT_FLAT_PAST = (512, 1024, 2048)
 DEFAULT_MAX_ROWS = 256
 # Batches the canvas backend reads at once over one engine: their reads, re-reads and thoughts share the engine
 # loop's passes, so a batch's re-read round rides beside the next batch's first reads instead of waiting for it.
-DEFAULT_BATCHES_IN_FLIGHT = 4
+# What they hold together stays within one batch's token budget (`BatchSettings.max_batch_tokens`). On a GPU a
+# pass costs a floor (every expert's weights read) plus its tokens, so it pays to put every client in one pass:
+# closed-loop clients come back one by one in small batches, and with 4 slots the later ones waited for a slot
+# and fell a pass behind (on the H200 the passes split into 3 cohorts at 32 clients, 11 requests each). On a CPU
+# a pass costs about its tokens, and larger passes read slower: 4.
+GPU_BATCHES_IN_FLIGHT = MAX_BATCHES_AT_ONCE
+CPU_BATCHES_IN_FLIGHT = 4
 # The fraction of the engine's time thoughts may take in passes that read (`scheduler.Share`): the readers' latency
 # beside thoughts rises by about this much, and a thought beside reads that keep the engine busy takes up to
 # 1/share times as long as alone.
@@ -113,7 +121,8 @@ class EngineSettings:
     # Tokens one pass may take (prompt encodings, reads and thoughts together); None: the largest bucket. A
     # smaller pass answers a lone request's steps sooner under load, a larger one reads more per weight load.
     pass_tokens: int | None = None
-    batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
+    # None: GPU_BATCHES_IN_FLIGHT on a GPU, CPU_BATCHES_IN_FLIGHT elsewhere.
+    batches_in_flight: int | None = None
     thought_share: float = DEFAULT_THOUGHT_SHARE
     # The engine's loop in a process of its own (`worker.py`: no thread of the server's can hold up its passes);
     # None: on a GPU, where a pass is thousands of short ops, not on a CPU, where starting one costs seconds.
@@ -126,8 +135,8 @@ class EngineSettings:
             raise ValueError("--gpus places one replica on each of cuda:0..N-1; leave --device out")
         if (self.cache_bytes is not None and self.cache_bytes < 0) or self.max_rows < 1:
             raise ValueError("cache_bytes must be >= 0 and max_rows >= 1")
-        if self.batches_in_flight < 1:
-            raise ValueError("--batches-in-flight must be at least 1")
+        if self.batches_in_flight is not None and not 1 <= self.batches_in_flight <= MAX_BATCHES_AT_ONCE:
+            raise ValueError(f"--batches-in-flight must be between 1 and {MAX_BATCHES_AT_ONCE}")
         if not 0.0 <= self.thought_share <= 1.0:
             raise ValueError("--thought-share must be between 0 and 1")
         if self.pass_tokens is not None and not self.buckets.tokens[0] <= self.pass_tokens <= self.buckets.max_tokens:
@@ -135,3 +144,9 @@ class EngineSettings:
                 f"--pass-tokens must be between the engine's smallest and largest bucket, "
                 f"{self.buckets.tokens[0]} and {self.buckets.max_tokens}"
             )
+
+    def batches(self, *, on_gpu: bool) -> int:
+        """The batches read at once over one engine on this kind of device (`batches_in_flight`, or its default)."""
+        if self.batches_in_flight is not None:
+            return self.batches_in_flight
+        return GPU_BATCHES_IN_FLIGHT if on_gpu else CPU_BATCHES_IN_FLIGHT

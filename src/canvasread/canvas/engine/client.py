@@ -1,9 +1,11 @@
 """The server's side of the engine process (`worker.py`): a `Reader` and `Thinker` whose calls go over a pipe.
 
-Each call is numbered and sent; the caller's thread waits for its answer,
-and meanwhile tells the engine which of its items' callers have left (it
-polls `gone` every `LEFT_POLL_S`), so their work stops between passes as in
-process. One thread receives every answer and keeps the engine's latest
+Each call is numbered and sent; the caller's thread waits for its answer.
+Meanwhile one watching thread tells the engine which items' callers have
+left (it polls every waiting call's `gone` every `LEFT_POLL_S`, while any
+waits), so their work stops between passes as in process; with dozens of
+batches in flight, one thread polling beats each caller waking 50 times a
+second. One thread receives every answer and keeps the engine's latest
 counters. If the engine process dies, every waiting call and every later
 one fails with a 503 and `health_problem` says why.
 """
@@ -15,6 +17,7 @@ import contextlib
 import itertools
 import multiprocessing
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -40,8 +43,17 @@ class EngineUnloadable(RuntimeError):
 
 @dataclass
 class _Waiting:
+    items: int
+    gone: Gone
     done: threading.Event = field(default_factory=threading.Event)
     answer: Answer | None = None
+    told: set[int] = field(default_factory=set)  # items the engine was told have left
+
+    def departed(self) -> tuple[int, ...]:
+        """The items whose callers have left since the last time asked."""
+        left = tuple(i for i in range(self.items) if i not in self.told and self.gone(i))
+        self.told.update(left)
+        return left
 
 
 class EngineClient:
@@ -55,10 +67,12 @@ class EngineClient:
         self._connection = connection
         self._numbers = itertools.count()
         self._waiting: dict[int, _Waiting] = {}
+        self._calls = threading.Condition()  # a call began waiting
         self._sending = threading.Lock()
         self._counters: Mapping[str, float] = ready.counters
         self._dead: str | None = None
         threading.Thread(target=self._receive, name="canvasread-engine-answers", daemon=True).start()
+        threading.Thread(target=self._watch, name="canvasread-engine-departures", daemon=True).start()
         # Before multiprocessing's own exit handler, which would wait for the engine process forever: the engine
         # ends when told to or when this end of the pipe closes, and that happens only at exit.
         atexit.register(self.close)
@@ -114,22 +128,21 @@ class EngineClient:
     def _call(self, kind: CallKind, items: Sequence[Any], gone: Gone) -> Sequence[Any]:
         if not items:
             return []
-        if self._dead is not None:
-            raise NotReady(self._dead)
         number = next(self._numbers)
-        waiting = self._waiting[number] = _Waiting()
+        waiting = _Waiting(len(items), gone)
+        with self._calls:  # with the receiving thread's last sweep: a call is either swept or told the engine ended
+            if self._dead is not None:
+                raise NotReady(self._dead)
+            self._waiting[number] = waiting
+            self._calls.notify()
         try:
             self._send(Call(number, kind, list(items)))
-            told: set[int] = set()
-            while not waiting.done.wait(LEFT_POLL_S) and self._dead is None:
-                left = tuple(i for i in range(len(items)) if i not in told and gone(i))
-                if left:
-                    told.update(left)
-                    self._send(Left(number, left))
+            waiting.done.wait()  # set by the receiving thread: the answer, or the engine's end
         except OSError:
             pass  # the pipe broke: the engine has ended, and the receiving thread says so
         finally:
-            self._waiting.pop(number, None)
+            with self._calls:
+                self._waiting.pop(number, None)
         answer = waiting.answer
         if answer is None:
             raise NotReady(self._dead or "the engine process has ended")
@@ -141,6 +154,21 @@ class EngineClient:
     def _send(self, message: object) -> None:
         with self._sending:
             self._connection.send(message)
+
+    def _watch(self) -> None:
+        """Poll the waiting calls' callers while any call waits; tell the engine of each item whose caller left."""
+        while self._dead is None:
+            with self._calls:
+                while not self._waiting and self._dead is None:
+                    self._calls.wait()
+                calls = list(self._waiting.items())
+            for number, waiting in calls:
+                if left := waiting.departed():
+                    try:
+                        self._send(Left(number, left))
+                    except OSError:
+                        return  # the pipe broke: the receiving thread says so
+            time.sleep(LEFT_POLL_S)
 
     def _receive(self) -> None:
         while True:
@@ -154,9 +182,11 @@ class EngineClient:
                 waiting.answer = answer
                 waiting.done.set()
         self._process.join(1.0)
-        self._dead = f"the engine process has ended (exit code {self._process.exitcode})"
-        for number in list(self._waiting):
-            self._waiting.pop(number).done.set()
+        with self._calls:
+            self._dead = f"the engine process has ended (exit code {self._process.exitcode})"
+            for number in list(self._waiting):
+                self._waiting.pop(number).done.set()
+            self._calls.notify()
 
 
 def _first_message(process: BaseProcess, connection: Connection) -> object:

@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, generation_path_logprobs, loaded_runtime, png
+from helpers import canvas_backend, loaded_runtime, png
+from reference import generation_path_logprobs
 from typesafe_sdk import Box, Image, Noul, TypeSafeClient, TypeSafeUnprocessableEntityError
 
 from canvasread.canvas.plan import noisy_canvas

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import assert_same_read, mixed_reads, tiny_model
+from reference import assert_same_read, mixed_reads, tiny_model
 
 from canvasread.canvas.engine.kvstore import KVStore, StoreFull
 from canvasread.canvas.engine.reader import InProcessReader

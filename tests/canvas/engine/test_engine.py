@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import canvas_backend, generation_path_logprobs, loaded_runtime, png
+from helpers import canvas_backend, loaded_runtime, png
+from reference import generation_path_logprobs
 
 from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.plan import noisy_canvas

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from helpers import assert_same_read, mixed_reads, tiny_model
+from reference import assert_same_read, mixed_reads, tiny_model
 
 from canvasread.canvas.engine.graphs import Graph, PieceGraphs
 from canvasread.canvas.engine.kvstore import KVStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import assert_same_read, mixed_reads, tiny_model
+from reference import assert_same_read, mixed_reads, tiny_model
 
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_same_read, eventually, mixed_reads, post, serve_cli
+from helpers import eventually, post, serve_cli
+from reference import assert_same_read, mixed_reads
 
 from canvasread.canvas.engine.client import EngineClient, EngineUnloadable
 from canvasread.canvas.engine.loader import load_checkpoint

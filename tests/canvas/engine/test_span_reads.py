@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, loaded_runtime, transformers_denoising
+from helpers import canvas_backend, loaded_runtime
+from reference import transformers_denoising
 from typesafe_sdk import Choice, TypeSafeClient
 
 from canvasread.canvas import seeds
@@ -50,7 +51,7 @@ def test_a_blank_read_equals_transformers_own_loop_over_the_same_canvas(
     tiny_thinking_decider: Decider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Round 0 of each span question, rebuilt from the documented noise, scored from transformers' logits after
-    the blank's denoising steps (`helpers.transformers_denoising`, the loop the steps tests hold reads to)."""
+    the blank's denoising steps (`reference.transformers_denoising`, the loop the steps tests hold reads to)."""
     backend = canvas_backend(tiny_thinking_decider)
     runtime = loaded_runtime(backend)
     model = runtime.reader.runner.model  # type: ignore[attr-defined]

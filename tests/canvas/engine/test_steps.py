@@ -1,6 +1,6 @@
 """Pinned multi-step reads in process, against transformers' own DiffusionGemma denoising loop (fp32).
 
-The reference is `helpers.transformers_denoising`: transformers' own
+The reference is `reference.transformers_denoising`: transformers' own
 `_denoising_step` loop, prepared by transformers' own functions, with one
 hook (its renoise is followed by the pin) and torch's generator seeded with
 the read's seed where the engine's per-read generator starts.
@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import canvas_backend, loaded_runtime, transformers_denoising
+from helpers import canvas_backend, loaded_runtime
+from reference import transformers_denoising
 
 from canvasread.canvas.backend import CanvasBackend
 from canvasread.canvas.engine.reader import InProcessReader

@@ -40,15 +40,6 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
     require(("transformers",), "reading through vLLM (the model's tokenizer)", "upstream")
     locate(settings.tokenizer)  # before the port binds: a tokenizer that cannot be found is one line, exit 1
     where = ", ".join(settings.urls)
-    card = ModelCard(
-        name=settings.model,
-        description=f"DiffusionGemma served by vLLM as {settings.model} at {where}: label slots read as "
-        "distributions from one read-only denoising step per canvas (or `steps`, pinned).",
-        release_date=time.strftime("%Y-%m-%d"),
-        capabilities=Capabilities(
-            images=False, spans=True, max_options=255, max_levels=10, max_steps=MAX_STEPS, think=True
-        ),
-    )
 
     def load() -> CanvasRuntime:
         from canvasread.canvas.tokenizer import HFTokenizer
@@ -89,7 +80,20 @@ def vllm_backend(settings: VllmSettings, reading: ReadSettings = ReadSettings())
             close=close,
         )
 
-    return CanvasBackend(card, load, reading)
+    return CanvasBackend(_card(settings.model, where), load, reading)
+
+
+def _card(model: str, where: str) -> ModelCard:
+    """What the wing's model answers: everything but images (the proxy sends token ids, and refuses images)."""
+    return ModelCard(
+        name=model,
+        description=f"DiffusionGemma served by vLLM as {model} at {where}: label slots read as "
+        "distributions from one read-only denoising step per canvas (or `steps`, pinned).",
+        release_date=time.strftime("%Y-%m-%d"),
+        capabilities=Capabilities(
+            images=False, spans=True, max_options=255, max_levels=10, max_steps=MAX_STEPS, think=True
+        ),
+    )
 
 
 def _wait_for_upstream(pool: UpstreamPool, timeout_s: float | None) -> UpstreamModel:

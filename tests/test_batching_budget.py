@@ -116,6 +116,28 @@ def test_beside_running_batches_a_batch_takes_only_what_fits_the_budget_with_the
     asyncio.run(scenario())
 
 
+def test_a_backend_of_several_replicas_holds_a_budget_for_each_in_flight() -> None:
+    """Two budgets (two replicas, each holding its share of every batch): "b" (60) runs beside "a" (60), where one
+    budget of 100 would have made it wait."""
+
+    async def scenario() -> None:
+        stalls = Stalls()
+        settings = BatchSettings(max_batch_tokens=100, linger_s=0.0)
+        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
+        queue.allow(4, budgets=2)
+        queue.start()
+        a = asyncio.create_task(queue.submit(ready("a:60:0")))
+        await until(lambda: stalls.events == ["enter a"])
+        b = asyncio.create_task(queue.submit(ready("b:60:0")))
+        await until(lambda: stalls.events == ["enter a", "enter b"])
+        stalls.release["a"].set()
+        stalls.release["b"].set()
+        assert await asyncio.gather(a, b) == ["A:60:0", "B:60:0"]
+        await queue.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_free_slot_admits_past_the_queue_delay_only_while_the_work_in_flight_fits_one_batch() -> None:
     """A measured rate that makes the work in flight a wait far past the 1.5 s budget: beside "a" (90 of a
     100-token budget), the next request is admitted (with its estimated cost it fits one batch with "a", so it

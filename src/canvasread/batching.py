@@ -101,21 +101,29 @@ class _Pending(Generic[JobT, ResultT]):
 
 
 class _Budget:
-    """What one batch has taken of the token and pixel budget, beside what the running batches hold (`running`,
-    None when none runs): the first job of a batch always fits while no batch runs."""
+    """What one batch has taken of its token and pixel budget, and what it holds with the running batches
+    (`running`, None when none runs) of `budgets` budgets: the first job of a batch always fits while no batch
+    runs."""
 
-    def __init__(self, settings: BatchSettings, running: JobCost | None) -> None:
+    def __init__(self, settings: BatchSettings, running: JobCost | None, budgets: int) -> None:
         self._settings = settings
-        self._tokens, self._pixels = (running.tokens, running.pixels) if running is not None else (0, 0)
+        self._budgets = budgets
+        self._batch = JobCost()
+        self._held = running if running is not None else JobCost()
         self._taken = running is not None
 
     def fits(self, cost: JobCost) -> bool:
         """Take a job of `cost` into the batch if it fits (True), else leave the budget as it was (False)."""
-        tokens, pixels = self._tokens + cost.tokens, self._pixels + cost.pixels
-        if self._taken and (tokens > self._settings.max_batch_tokens or pixels > self._settings.max_batch_pixels):
+        batch = JobCost(self._batch.tokens + cost.tokens, self._batch.pixels + cost.pixels)
+        held = JobCost(self._held.tokens + cost.tokens, self._held.pixels + cost.pixels)
+        if self._taken and (self._over(batch, 1) or self._over(held, self._budgets)):
             return False
-        self._tokens, self._pixels, self._taken = tokens, pixels, True
+        self._batch, self._held, self._taken = batch, held, True
         return True
+
+    def _over(self, cost: JobCost, budgets: int) -> bool:
+        settings = self._settings
+        return cost.tokens > settings.max_batch_tokens * budgets or cost.pixels > settings.max_batch_pixels * budgets
 
 
 class BatchQueue(Generic[JobT, ResultT]):
@@ -137,6 +145,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self.stats = BatchStats()
         self.backlog = Backlog()
         self.batches_at_once = 1
+        self.budgets_at_once = 1
         self._queue: asyncio.Queue[_Pending[JobT, ResultT]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -153,10 +162,12 @@ class BatchQueue(Generic[JobT, ResultT]):
         """Jobs accepted and not yet answered (queued or running)."""
         return self._pending
 
-    def allow(self, batches: int) -> None:
-        """Let the backend read up to `batches` batches at once (1: one after another); any thread may call it
-        (the model loads on one), and the collect loop heeds it when it next forms a batch."""
+    def allow(self, batches: int, budgets: int = 1) -> None:
+        """Let the backend read up to `batches` batches at once (1: one after another), holding up to `budgets`
+        batches' budgets together (one per replica); any thread may call it (the model loads on one), and the
+        collect loop heeds it when it next forms a batch."""
         self.batches_at_once = max(1, min(batches, MAX_BATCHES_AT_ONCE))
+        self.budgets_at_once = max(1, budgets)
 
     def start(self) -> None:
         """Start the collect loop; the queue and the events belong to the running event loop."""
@@ -247,7 +258,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         nor must clients that arrive together shed each other. Past one batch's budget the backend's passes are
         full, and the work in flight is a real wait."""
         waiting = self._pending - self._running_jobs
-        fits = self.backlog.cost_ahead(preparing + 1) <= self.settings.max_batch_tokens
+        fits = self.backlog.cost_ahead(preparing + 1) <= self.settings.max_batch_tokens * self.budgets_at_once
         return len(self._running) < self.batches_at_once and waiting < self.settings.max_batch and fits
 
     def _release(self, item: _Pending[JobT, ResultT] | None) -> None:
@@ -266,7 +277,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         beside what the running batches hold (it is kept for the next batch)."""
         held, self._held = self._held, None
         first = held if held is not None else await queue.get()
-        budget = _Budget(self.settings, self._holding if self._running else None)
+        budget = _Budget(self.settings, self._holding if self._running else None, self.budgets_at_once)
         if not budget.fits(first.holds):
             self._held = first
             return None

@@ -304,7 +304,7 @@ class Decider:
                 self._check_calibration(served, served.calibration)
                 if isinstance(served.backend, ReadsBatchesAtOnce):
                     for queue in served.queues:
-                        queue.allow(served.backend.batches_at_once)
+                        queue.allow(served.backend.batches_at_once, served.backend.budgets_at_once)
             except Exception as error:
                 served.load_error = f"{type(error).__name__}: {error}"
                 logger.exception("loading %s failed", served.card.name)

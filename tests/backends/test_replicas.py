@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -39,6 +41,36 @@ def test_a_batch_is_split_across_replicas_and_results_keep_their_order() -> None
     assert first == ["s0", "s1"] and second == ["s2", "s3", "s4"]
     assert [r.distributions[0].probabilities[0] for r in results] == [0.25, 0.25, 0.75, 0.75, 0.75]
     assert replicas.decide(jobs[:1])[0].distributions[0].probabilities[0] == 0.25
+
+
+def test_a_batch_smaller_than_the_set_goes_to_the_replicas_with_the_fewest_jobs_in_flight() -> None:
+    """While a one-job batch holds the first replica, the next one-job batch is read by the second; once both
+    are idle again, a batch of one starts at the first."""
+    entered, release = threading.Event(), threading.Event()
+    first, second = [], []  # type: ignore[var-annotated]
+
+    def held(request: DecisionRequest) -> list[list[float]]:
+        first.append(str(request.state))
+        if str(request.state) == "hold":
+            entered.set()
+            assert release.wait(30), "never released"
+        return [[0.25, 0.75] for _ in request.questions]
+
+    replicas = ReplicaSet([FunctionBackend(held, name="model"), recording_replica(0.75, second)])
+    with ThreadPoolExecutor(1) as pool:
+        holding = pool.submit(replicas.decide, [replicas.prepare(request("hold"))])
+        assert entered.wait(30)
+        [result] = replicas.decide([replicas.prepare(request("beside"))])
+        assert second == ["beside"] and result.distributions[0].probabilities[0] == 0.75
+        release.set()
+        holding.result()
+    replicas.decide([replicas.prepare(request("after"))])
+    assert first == ["hold", "after"]
+
+
+def test_a_set_holds_one_batch_budget_per_replica_in_flight() -> None:
+    replicas = ReplicaSet([recording_replica(0.5, []) for _ in range(3)])
+    assert replicas.budgets_at_once == 3
 
 
 def test_replicas_must_serve_one_model() -> None:

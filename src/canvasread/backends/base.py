@@ -120,10 +120,15 @@ class ReadsBatchesAtOnce(Protocol):
     """Optional: a backend whose `decide` may run for several batches at once, each on a worker thread of its own
     (the in-process engine merges their reads, re-reads and thoughts in one loop's passes, so a batch's re-read
     round rides beside the next batch's first reads). Read once the backend has loaded; 1 means one at a time.
+    `budgets_at_once` is how many batches' budgets (`max_batch_tokens`, `max_batch_pixels`) the batches in flight
+    may hold together: one per replica, since each holds its share of every batch.
     """
 
     @property
     def batches_at_once(self) -> int: ...
+
+    @property
+    def budgets_at_once(self) -> int: ...
 
 
 @runtime_checkable

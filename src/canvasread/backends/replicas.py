@@ -3,13 +3,16 @@
 The batch queue hands a batch to the replica set, which splits it into
 contiguous shares, one per replica, reads them concurrently (each replica
 has its own device and worker thread) and returns the results in order. A
-batch of one uses one replica. Planning does not depend on the device, so any
+batch smaller than the set uses the replicas with the fewest jobs in flight
+(with dozens of small batches at once, always starting at the first replica
+would pile them onto it). Planning does not depend on the device, so any
 replica's `prepare` serves all of them.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,6 +43,8 @@ class ReplicaSet:
             max_workers=len(replicas) * MAX_BATCHES_AT_ONCE, thread_name_prefix="canvasread-replica"
         )
         self.batches_per_replica = [0] * len(replicas)
+        self._lock = threading.Lock()
+        self._jobs_in_flight = [0] * len(replicas)
 
     @property
     def card(self) -> ModelCard:
@@ -65,6 +70,11 @@ class ReplicaSet:
         """As many batches at once as every replica takes (each batch is split over all of them)."""
         return min(r.batches_at_once if isinstance(r, ReadsBatchesAtOnce) else 1 for r in self.replicas)
 
+    @property
+    def budgets_at_once(self) -> int:
+        """Each replica's: every one holds its share of the batches in flight."""
+        return sum(r.budgets_at_once if isinstance(r, ReadsBatchesAtOnce) else 1 for r in self.replicas)
+
     def counters(self) -> Mapping[str, float]:
         totals: dict[str, float] = {}
         for replica in self.replicas:
@@ -83,16 +93,33 @@ class ReplicaSet:
     def decide(self, jobs: Sequence[Any], gone: Gone = never_gone) -> list[DecisionResult | None]:
         count = min(len(self.replicas), len(jobs))
         bounds = [round(i * len(jobs) / count) for i in range(count + 1)]
-        shares = [(index, jobs[bounds[index] : bounds[index + 1]]) for index in range(count)]
+        shares = list(zip(self._take(bounds), range(count), strict=True))  # (replica, share)
         futures = [
-            self._pool.submit(self.replicas[index].decide, share, functools.partial(_shifted, gone, bounds[index]))
-            for index, share in shares
+            self._pool.submit(self._decide, replica, jobs[bounds[n] : bounds[n + 1]], gone, bounds[n])
+            for replica, n in shares
         ]
         results: list[DecisionResult | None] = []
-        for (index, _), future in zip(shares, futures, strict=True):
+        for (replica, _), future in zip(shares, futures, strict=True):
             results.extend(future.result())
-            self.batches_per_replica[index] += 1
+            self.batches_per_replica[replica] += 1
         return results
+
+    def _take(self, bounds: Sequence[int]) -> list[int]:
+        """The replicas for the shares between `bounds`: those with the fewest jobs in flight (the first on a
+        tie), their shares counted in flight until read."""
+        with self._lock:
+            order = sorted(range(len(self.replicas)), key=lambda index: self._jobs_in_flight[index])
+            chosen = order[: len(bounds) - 1]
+            for replica, n in zip(chosen, range(len(chosen)), strict=True):
+                self._jobs_in_flight[replica] += bounds[n + 1] - bounds[n]
+        return chosen
+
+    def _decide(self, replica: int, share: Sequence[Any], gone: Gone, offset: int) -> list[DecisionResult | None]:
+        try:
+            return self.replicas[replica].decide(share, functools.partial(_shifted, gone, offset))
+        finally:
+            with self._lock:
+                self._jobs_in_flight[replica] -= len(share)
 
 
 def _shifted(gone: Gone, offset: int, index: int) -> bool:

@@ -138,6 +138,11 @@ class CanvasBackend:
         """How many batches `decide` may read at once: the runtime's (`CanvasRuntime.batches`)."""
         return self._runtime.batches if self._runtime is not None else 1
 
+    @property
+    def budgets_at_once(self) -> int:
+        """One model: the batches in flight hold one batch's budget together."""
+        return 1
+
     def counters(self) -> dict[str, float]:
         reader = self._runtime.reader if self._runtime is not None else None
         counted = dict(reader.counters()) if isinstance(reader, ReaderWithCounters) else {}

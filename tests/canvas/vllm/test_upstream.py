@@ -11,7 +11,8 @@ import httpx
 import pytest
 from helpers import canvas_backend, serve_app, upstream_pool
 from typer.main import get_command
-from vllm_standin import LOGPROB_FLOOR, load_standin, running
+from vllm_protocol import LOGPROB_FLOOR
+from vllm_standin import load_standin, running
 
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.layouts import layout_named

@@ -55,7 +55,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import socket
 import sys
@@ -64,87 +63,28 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from vllm_denoising import Denoiser
-
-# vLLM's `MAX_LOGPROB_TOKEN_IDS` (vllm/sampling_params.py).
-MAX_LOGPROB_TOKEN_IDS = 128
-# vLLM clamps -inf logprobs to this so they stay JSON numbers.
-LOGPROB_FLOOR = -9999.0
-# The sampling fields vLLM takes from generation_config.json when a request leaves them out, with its own defaults.
-SAMPLING_DEFAULTS: dict[str, float] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
-# vLLM's `_SAMPLING_EPS`.
-SAMPLING_EPS = 1e-5
-BUSY_MESSAGE = (
-    "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
+from vllm_protocol import (
+    BUSY_MESSAGE,
+    DIFFUSION_SAMPLING_MESSAGE,
+    MAX_LOGPROB_TOKEN_IDS,
+    SAMPLING_DEFAULTS,
+    SAMPLING_EPS,
+    BadRequest,
+    CompletionRequest,
+    GenerationRequest,
+    clamp_logprob,
+    filter_top_k_top_p,
+    generation_defaults,
+    logprob_key,
 )
-DIFFUSION_SAMPLING_MESSAGE = (
-    "The temperature, min_p, seed, min_tokens, logit_bias, bad_words, and allowed_token_ids sampling parameters "
-    "are not yet supported with diffusion models."
-)
-
-NonNegative = Annotated[int, Field(ge=0)]
-Positive = Annotated[int, Field(ge=1)]
-
-
-class DiffusionXargs(BaseModel):
-    """The `vllm_xargs` of a read-only diffusion step, typed as vLLM's `validate_diffusion_sampling_params` wants."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    diffusion_seed_canvas: list[NonNegative]
-    diffusion_canvas_length: Positive | None = None
-    diffusion_max_steps: Positive
-    diffusion_read_only: bool
-    diffusion_pinned: list[int] | None = None
-
-
-class CompletionRequest(BaseModel):
-    """The fields of vLLM's `CompletionRequest` that a canvas read uses, with vLLM's types."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    model: str
-    prompt: Annotated[list[NonNegative], Field(min_length=1)]
-    max_tokens: Positive
-    logprobs: NonNegative | None = None
-    logprob_token_ids: Annotated[list[int], Field(min_length=1)] | None = None
-    return_tokens_as_token_ids: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    vllm_xargs: DiffusionXargs
-
-
-class GenerationRequest(BaseModel):
-    """The fields of vLLM's `CompletionRequest` that a thought (an ordinary diffusion generation) uses."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    model: str
-    prompt: Annotated[list[NonNegative], Field(min_length=1)]
-    max_tokens: Positive
-    stop_token_ids: list[NonNegative] | None = None
-    return_token_ids: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, code: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.param, self.code = message, param, code
 
 
 @dataclass
@@ -311,7 +251,7 @@ class Standin:
                 if hook is not None:
                     hook.remove()
             encoded = True
-            return _filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])
+            return filter_top_k_top_p(output.logits[0].float(), int(sampling["top_k"]), sampling["top_p"])
 
         return forward
 
@@ -333,8 +273,8 @@ class Standin:
         top: list[dict[str, float]] = []
         for position, token in enumerate(chosen):
             ids = wanted if wanted is not None else logprobs[position].topk(min(request.logprobs or 0, 5)).indices
-            row = {_key(token): _clamp(logprobs[position, token].item())}
-            row.update({_key(int(i)): _clamp(logprobs[position, int(i)].item()) for i in ids})
+            row = {logprob_key(token): clamp_logprob(logprobs[position, token].item())}
+            row.update({logprob_key(int(i)): clamp_logprob(logprobs[position, int(i)].item()) for i in ids})
             top.append(row)
         return {
             "id": f"cmpl-standin-{len(self.requests)}",
@@ -347,8 +287,8 @@ class Standin:
                     "text": "",
                     "logprobs": {
                         "text_offset": [0] * rows,
-                        "token_logprobs": [_clamp(logprobs[p, t].item()) for p, t in enumerate(chosen)],
-                        "tokens": [_key(t) for t in chosen],
+                        "token_logprobs": [clamp_logprob(logprobs[p, t].item()) for p, t in enumerate(chosen)],
+                        "tokens": [logprob_key(t) for t in chosen],
                         "top_logprobs": top,
                     },
                     "finish_reason": "length",
@@ -357,27 +297,6 @@ class Standin:
             ],
             "usage": {"prompt_tokens": len(request.prompt), "completion_tokens": rows, "total_tokens": 0},
         }
-
-
-def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """vLLM's top-k then top-p filter: tokens outside become −inf, before the read-only logprobs are taken."""
-    if 0 < top_k < logits.shape[-1]:
-        threshold = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < threshold, -math.inf)
-    if top_p < 1.0:
-        ordered, order = logits.sort(dim=-1, descending=True)
-        before = ordered.softmax(dim=-1).cumsum(dim=-1) - ordered.softmax(dim=-1)
-        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= top_p)
-        logits = logits.masked_fill(drop, -math.inf)
-    return logits
-
-
-def _key(token: int) -> str:
-    return f"token_id:{token}"
-
-
-def _clamp(value: float) -> float:
-    return max(value, LOGPROB_FLOOR) if math.isfinite(value) else LOGPROB_FLOOR
 
 
 def _error(message: str, param: str | None, code: int) -> JSONResponse:
@@ -474,13 +393,6 @@ def load_standin(model_path: str, **options: Any) -> Standin:
     options.setdefault("served_name", Path(model_path).name)
     options.setdefault("generation_defaults", generation_defaults(Path(model_path)))
     return Standin(model=model, tokenizer=loaded.tokenizer, root=model_path, **options)
-
-
-def generation_defaults(folder: Path) -> dict[str, float]:
-    """The sampling fields of the checkpoint's generation_config.json, as vLLM's `--generation-config auto` reads."""
-    path = folder / "generation_config.json"
-    config = json.loads(path.read_text()) if path.exists() else {}
-    return {name: config[name] for name in SAMPLING_DEFAULTS if config.get(name) is not None}
 
 
 def main(argv: list[str]) -> None:

@@ -1,7 +1,7 @@
 """The real server and engine on a CPU, each engine pass padded to the time a modeled GPU pass takes.
 
 Usage: python3 bench/paced_engine.py CHECKPOINT OUT.json [--levels 8,32,64] [--duration 20]
-           [--floor-ms 116] [--token-ms 0.1225] [--workload standard] [-- SERVE FLAGS...]
+           [--floor-ms 116] [--token-ms 0.1225] [--workload standard] [--fresh] [-- SERVE FLAGS...]
 
 How passes form under closed-loop clients (how many requests share a pass,
 how many passes a request waits through) depends on the pass's cost shape:
@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--floor-ms", type=float, default=FLOOR_MS)
     parser.add_argument("--token-ms", type=float, default=TOKEN_MS)
     parser.add_argument("--workload", default="standard")
+    parser.add_argument("--fresh", action="store_true", help="no warm-up level: the first minute is measured")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # after --: more `canvasread serve` flags
@@ -90,6 +91,7 @@ def main() -> None:
         sweep = [sys.executable, str(Path(__file__).parent / "http_sweep.py"), url, Path(args.checkpoint).name]
         sweep += [str(args.out), "--workload", args.workload, "--levels", args.levels]
         sweep += ["--duration", str(args.duration), "--server-command", " ".join(command)]
+        sweep += ["--fresh"] if args.fresh else []
         subprocess.run(sweep, check=True)
     finally:
         server.terminate()

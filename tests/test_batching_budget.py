@@ -86,16 +86,21 @@ class Stalls:
         return [job.upper() for job in jobs]
 
 
+def four_at_once(stalls: Stalls, settings: BatchSettings, budgets: int = 1) -> BatchQueue[str, str]:
+    """A started queue over `stalls` for jobs priced by `sized`, four batches at once."""
+    queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
+    queue.allow(4, budgets)
+    queue.start()
+    return queue
+
+
 def test_beside_running_batches_a_batch_takes_only_what_fits_the_budget_with_them() -> None:
     """Four batches at once and a budget of 100 tokens: "b" (30) runs beside "a" (60), "c" (20) would pass the
     budget with them and waits, slots free or not, until a batch ends and leaves it room."""
 
     async def scenario() -> None:
         stalls = Stalls()
-        settings = BatchSettings(max_batch_tokens=100, linger_s=0.0)
-        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
-        queue.allow(4)
-        queue.start()
+        queue = four_at_once(stalls, BatchSettings(max_batch_tokens=100, linger_s=0.0))
         a = asyncio.create_task(queue.submit(ready("a:60:0")))
         await until(lambda: stalls.events == ["enter a"])
         b = asyncio.create_task(queue.submit(ready("b:30:0")))
@@ -122,10 +127,7 @@ def test_a_backend_of_several_replicas_holds_a_budget_for_each_in_flight() -> No
 
     async def scenario() -> None:
         stalls = Stalls()
-        settings = BatchSettings(max_batch_tokens=100, linger_s=0.0)
-        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
-        queue.allow(4, budgets=2)
-        queue.start()
+        queue = four_at_once(stalls, BatchSettings(max_batch_tokens=100, linger_s=0.0), budgets=2)
         a = asyncio.create_task(queue.submit(ready("a:60:0")))
         await until(lambda: stalls.events == ["enter a"])
         b = asyncio.create_task(queue.submit(ready("b:60:0")))
@@ -146,10 +148,7 @@ def test_a_free_slot_admits_past_the_queue_delay_only_while_the_work_in_flight_f
 
     async def scenario() -> None:
         stalls = Stalls()
-        settings = BatchSettings(max_batch_tokens=100, max_queue_delay_s=1.5)
-        queue: BatchQueue[str, str] = BatchQueue(stalls, settings, cost=sized)
-        queue.allow(4)
-        queue.start()
+        queue = four_at_once(stalls, BatchSettings(max_batch_tokens=100, max_queue_delay_s=1.5))
         queue.backlog.recent.extend([(1.0, 1, 10.0)] * 4)
         a = asyncio.create_task(queue.submit(ready("a:90:0")))
         await until(lambda: stalls.events == ["enter a"])

@@ -43,40 +43,35 @@ class DiffusionXargs(BaseModel):
     diffusion_pinned: list[int] | None = None
 
 
-class CompletionRequest(BaseModel):
-    """The fields of vLLM's `CompletionRequest` that a canvas read uses, with vLLM's types."""
+class SampledRequest(BaseModel):
+    """The fields of vLLM's `CompletionRequest` that both a canvas read and a thought send, with vLLM's types."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     prompt: Annotated[list[NonNegative], Field(min_length=1)]
     max_tokens: Positive
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+
+
+class CompletionRequest(SampledRequest):
+    """A canvas read: read-only logprobs of the label ids, and the diffusion keys."""
+
     logprobs: NonNegative | None = None
     logprob_token_ids: Annotated[list[int], Field(min_length=1)] | None = None
     return_tokens_as_token_ids: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
     vllm_xargs: DiffusionXargs
 
 
-class GenerationRequest(BaseModel):
-    """The fields of vLLM's `CompletionRequest` that a thought (an ordinary diffusion generation) uses."""
+class GenerationRequest(SampledRequest):
+    """A thought: an ordinary diffusion generation."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    model: str
-    prompt: Annotated[list[NonNegative], Field(min_length=1)]
-    max_tokens: Positive
     stop_token_ids: list[NonNegative] | None = None
     return_token_ids: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
 
 
 class BadRequest(Exception):

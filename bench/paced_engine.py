@@ -97,7 +97,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     report = json.loads(args.out.read_text())
-    for level in report["engine_per_level"]:
+    for level in report.get("engine_per_level", []):  # (think-beside reports its two rows, not the engine's)
         level["line_ms_per_pass"] = args.floor_ms + args.token_ms * level["engine_tokens_per_pass"]
     report["pacing"] = {"floor_ms": args.floor_ms, "token_ms": args.token_ms, "command": " ".join(sys.argv)}
     args.out.write_text(json.dumps(report, indent=2) + "\n")

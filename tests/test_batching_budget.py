@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 from helpers import Gate, ready, until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from canvasread.backends.base import never_gone
 from canvasread.batching import BatchQueue, BatchSettings
@@ -162,3 +164,53 @@ def test_a_free_slot_admits_past_the_queue_delay_only_while_the_work_in_flight_f
         await queue.stop()
 
     asyncio.run(scenario())
+
+
+class Overlaps:
+    """A batch function that keeps what the batches running at once hold together, at its largest, and every
+    batch it was handed: each batch holds its place for a moment so that batches overlap."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: list[list[str]] = []
+        self.batches: list[list[str]] = []
+        self.crowded: list[list[list[str]]] = []  # the batches running at once whenever more than one ran
+
+    def __call__(self, jobs: Sequence[str], gone: Callable[[int], bool] = never_gone) -> list[str]:
+        batch = list(jobs)
+        with self.lock:
+            self.running.append(batch)
+            self.batches.append(batch)
+            if len(self.running) > 1:
+                self.crowded.append([list(b) for b in self.running])
+        threading.Event().wait(0.002)  # hold the batch's place for a moment, so the next ones run beside it
+        with self.lock:
+            self.running.remove(batch)
+        return [job.upper() for job in jobs]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=150), min_size=1, max_size=40))
+def test_the_batches_running_at_once_never_hold_more_than_the_budget_and_every_job_is_answered(
+    tokens: list[int],
+) -> None:
+    """Jobs of any sizes (some alone over the 100-token budget), sent at once to a queue reading 8 batches at
+    once: every job is answered, in its own batch once; batches overlap only while what they hold together
+    fits the budget; a batch over it is a single job."""
+    jobs = [f"j{n}:{size}:0" for n, size in enumerate(tokens)]
+
+    async def scenario() -> list[str]:
+        overlaps = Overlaps()
+        queue: BatchQueue[str, str] = BatchQueue(overlaps, BatchSettings(max_batch_tokens=100), cost=sized)
+        queue.allow(8)
+        queue.start()
+        answers = await asyncio.gather(*(queue.submit(ready(job)) for job in jobs))
+        await queue.stop()
+        for batch in overlaps.batches:
+            assert len(batch) == 1 or sum(sized(job).tokens for job in batch) <= 100
+        for running in overlaps.crowded:
+            assert sum(sized(job).tokens for batch in running for job in batch) <= 100
+        assert sorted(job for batch in overlaps.batches for job in batch) == sorted(jobs)
+        return list(answers)
+
+    assert asyncio.run(scenario()) == [job.upper() for job in jobs]

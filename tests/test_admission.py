@@ -33,6 +33,19 @@ def test_the_wait_counts_cost_not_requests() -> None:
     assert light.wait_s(preparing=1) == pytest.approx(0.8)
 
 
+def test_the_cost_ahead_counts_requests_still_preparing_at_the_mean_cost_with_or_without_a_rate() -> None:
+    """Two prepared jobs of 30 and 50 units, and recent jobs of 20 units on average: two requests still being
+    prepared count 40 more. The cost ahead needs no rate (a free batch is judged by it before one is measured)."""
+    backlog = Backlog()
+    backlog.add(30.0)
+    backlog.add(50.0)
+    assert backlog.cost_ahead(preparing=2) == 80.0  # nothing served yet: no mean cost
+    backlog.busy(0.0)
+    backlog.served(40.0, 2, 1.0)
+    assert backlog.cost_ahead(preparing=2) == pytest.approx(120.0)
+    assert backlog.cost_ahead(preparing=-1) == pytest.approx(80.0)
+
+
 def test_the_rate_is_measured_over_busy_time_only() -> None:
     """Idle time between bursts does not slow the measured rate; overlapping batches count their span once."""
     backlog = Backlog()

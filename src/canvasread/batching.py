@@ -114,8 +114,7 @@ class _Budget:
 
     def fits(self, cost: JobCost) -> bool:
         """Take a job of `cost` into the batch if it fits (True), else leave the budget as it was (False)."""
-        batch = JobCost(self._batch.tokens + cost.tokens, self._batch.pixels + cost.pixels)
-        held = JobCost(self._held.tokens + cost.tokens, self._held.pixels + cost.pixels)
+        batch, held = self._batch.plus(cost), self._held.plus(cost)
         if self._taken and (self._over(batch, 1) or self._over(held, self._budgets)):
             return False
         self._batch, self._held, self._taken = batch, held, True
@@ -340,7 +339,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._running_jobs += len(items)
         for item in items:
             item.running = True
-            self._holding = JobCost(self._holding.tokens + item.holds.tokens, self._holding.pixels + item.holds.pixels)
+            self._holding = self._holding.plus(item.holds)
 
     async def _run(self, live: list[_Pending[JobT, ResultT]]) -> None:
         """Run a batch whose jobs `_started_running` marked; resolve each job's future."""
@@ -386,7 +385,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         self._running_jobs -= len(items)
         for item in items:
             item.running = False
-            self._holding = JobCost(self._holding.tokens - item.holds.tokens, self._holding.pixels - item.holds.pixels)
+            self._holding = self._holding.minus(item.holds)
             if item.abandoned:
                 item.abandoned = False
                 self._release(item)

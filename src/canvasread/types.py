@@ -184,6 +184,12 @@ class JobCost:
     tokens: int = 0
     pixels: int = 0
 
+    def plus(self, other: JobCost) -> JobCost:
+        return JobCost(self.tokens + other.tokens, self.pixels + other.pixels)
+
+    def minus(self, other: JobCost) -> JobCost:
+        return JobCost(self.tokens - other.tokens, self.pixels - other.pixels)
+
 
 @dataclass(frozen=True)
 class Usage:

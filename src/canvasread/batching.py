@@ -94,10 +94,14 @@ class _Pending(Generic[JobT, ResultT]):
 
     job: JobT
     future: asyncio.Future[ResultT]
-    cost: float
     holds: JobCost  # what it makes the backend hold while it runs (the batch budget's units)
     running: bool = False
     abandoned: bool = False
+
+    @property
+    def cost(self) -> float:
+        """Its cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""
+        return float(max(1, self.holds.tokens))
 
 
 class _Budget:
@@ -216,7 +220,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         try:
             job = await prepare()
             holds = self._cost(job) if self._cost is not None else JobCost()
-            item = _Pending(job, asyncio.get_running_loop().create_future(), float(max(1, holds.tokens)), holds)
+            item = _Pending(job, asyncio.get_running_loop().create_future(), holds)
             self.backlog.add(item.cost)
             self._queue.put_nowait(item)
             return await item.future
@@ -310,19 +314,23 @@ class BatchQueue(Generic[JobT, ResultT]):
         """Form a batch whenever the backend has a free slot and room beside what it holds, and run it beside the
         batches already running."""
         assert self._queue is not None
-        batch: list[_Pending[JobT, ResultT]] | None = []
         while True:
-            while len(self._running) >= self.batches_at_once or batch is None:
-                self._slot_free.clear()
-                await self._slot_free.wait()
-                batch = []
+            while len(self._running) >= self.batches_at_once:
+                await self._a_batch_ends()
             batch = await self._next_batch(self._queue)
-            live = self._live(batch or [])
+            if batch is None:  # its first job waits for room beside the running batches
+                await self._a_batch_ends()
+                continue
+            live = self._live(batch)
             if live:
                 self._started_running(live)
                 task = asyncio.get_running_loop().create_task(self._run(live))
                 self._running.add(task)
                 task.add_done_callback(self._batch_done)
+
+    async def _a_batch_ends(self) -> None:
+        self._slot_free.clear()
+        await self._slot_free.wait()
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)

@@ -110,7 +110,7 @@ class ReplicaSet:
         with self._lock:
             order = sorted(range(len(self.replicas)), key=lambda index: self._jobs_in_flight[index])
             chosen = order[: len(bounds) - 1]
-            for replica, n in zip(chosen, range(len(chosen)), strict=True):
+            for n, replica in enumerate(chosen):
                 self._jobs_in_flight[replica] += bounds[n + 1] - bounds[n]
         return chosen
 

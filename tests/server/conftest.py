@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+
+# The playground tests' page helpers (playground_page.py) import by their own name, as tests/helpers.py does.
+sys.path.insert(0, str(Path(__file__).parent))
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Flags that keep Chromium offline and quiet in a sandbox-less CI container.

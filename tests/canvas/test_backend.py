@@ -1,21 +1,107 @@
-"""`CanvasBackend` on a tiny checkpoint: a job whose caller has left gets no more re-read rounds."""
+"""`CanvasBackend`: a job whose caller has left gets no more re-read rounds; a batch read alone reads its re-reads
+ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not."""
 
 from __future__ import annotations
 
-from helpers import canvas_backend
+import math
+import threading
+from collections.abc import Sequence
 
+from helpers import FirstLabel, canvas_backend, loaded_runtime, scripted_backend
+
+from canvasread.canvas.backend import ReadSettings
+from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
+from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.decide import Decider
 from canvasread.wire import parse_request
 
 QUESTIONS = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(6)}
+BODY = {"model": "m", "state": "charged twice", "questions": QUESTIONS, "seed": 2, "samples": "auto"}
+
+
+class Counting:
+    """A reader that passes reads to another and keeps how many each call held."""
+
+    def __init__(self, reader: Reader) -> None:
+        self._reader = reader
+        self.calls: list[int] = []
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        self.calls.append(len(reads))
+        return self._reader.read(reads)
+
+
+class GatedUnsure:
+    """Every label equally likely (an "auto" question always reads again); the first call waits for a second."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self._lock = threading.Lock()
+        self._second = threading.Event()
+
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        with self._lock:
+            self.calls.append(len(reads))
+            call = len(self.calls)
+        if call == 1:
+            assert self._second.wait(30), "no second batch came while the first was read"
+        elif call == 2:
+            self._second.set()
+        even = [[(-math.log(len(slot.label_ids)),) * len(slot.label_ids) for slot in read.slots] for read in reads]
+        return [[SlotLogProbs(logprobs) for logprobs in slots] for slots in even]
 
 
 def test_re_reads_stop_for_a_job_whose_caller_has_left(tiny_decider: Decider) -> None:
     backend = canvas_backend(tiny_decider)
-    body = {"model": "m", "state": "charged twice", "questions": QUESTIONS, "seed": 2, "samples": "auto"}
     before = backend.counters()["rereads"]
-    [waited] = backend.decide([backend.prepare(parse_request(body)[1])])
+    [waited] = backend.decide([backend.prepare(parse_request(BODY)[1])])
     rereads = backend.counters()["rereads"] - before
     assert waited is not None and rereads > 0, "the random tiny model is unsure: auto re-reads some questions"
-    [left] = backend.decide([backend.prepare(parse_request(body)[1])], lambda index: True)
+    [left] = backend.decide([backend.prepare(parse_request(BODY)[1])], lambda index: True)
     assert left is None and backend.counters()["rereads"] - before == rereads, "no re-read for a caller gone"
+
+
+def test_a_batch_read_alone_reads_ahead_and_answers_as_the_rounds_alone_do(tiny_decider: Decider) -> None:
+    runtime = loaded_runtime(canvas_backend(tiny_decider))
+    sizes = {"canvas_length": runtime.canvas_length, "max_positions": runtime.max_positions}
+    answers, calls = [], []
+    for ahead in (0, 4096):
+        reader = Counting(runtime.reader)
+        backend = scripted_backend(reader, runtime.tokenizer, settings=ReadSettings(read_ahead_tokens=ahead), **sizes)
+        [result] = backend.decide([backend.prepare(parse_request(BODY)[1])])
+        assert result is not None
+        answers.append(result.distributions)
+        calls.append(reader.calls)
+    rounds, ahead = calls
+    assert len(rounds) == 4 and len(ahead) == 1, "the random tiny model stays unsure: three rounds, or none"
+    assert ahead[0] == sum(rounds), "the one call held every read the rounds made"
+    for alone, read_ahead in zip(*answers, strict=True):
+        assert alone.reads == read_ahead.reads
+        assert all(
+            math.isclose(a, b, abs_tol=1e-6) for a, b in zip(alone.probabilities, read_ahead.probabilities, strict=True)
+        )
+
+
+def test_reads_ahead_no_round_asks_for_are_counted_and_never_filed(tokenizer: HFTokenizer) -> None:
+    reader = FirstLabel()  # every question sure at its first read
+    backend = scripted_backend(reader, tokenizer)
+    [result] = backend.decide([backend.prepare(parse_request(BODY)[1])])
+    assert result is not None and all(d.reads == 1 for d in result.distributions)
+    [call] = reader.calls
+    counters = backend.counters()
+    assert counters["reads_ahead"] == counters["reads_ahead_unused"] == len(call) * 3 / 4 > 0
+    assert counters["rereads"] == 0
+
+
+def test_a_batch_read_beside_another_does_not_read_ahead(tokenizer: HFTokenizer) -> None:
+    reader = GatedUnsure()
+    backend = scripted_backend(reader, tokenizer)
+    first = threading.Thread(target=backend.decide, args=([backend.prepare(parse_request(BODY)[1])],))
+    first.start()
+    [beside] = backend.decide([backend.prepare(parse_request(BODY)[1])])
+    first.join(30)
+    assert beside is not None and all(d.reads == 4 for d in beside.distributions)
+    canvases = reader.calls[1]
+    assert reader.calls[0] == 4 * canvases, "the first batch, alone when it began, read three reads ahead"
+    assert sorted(reader.calls[2:]) == [canvases] * 3, "the batch beside it read its rounds one by one"
+    assert backend.counters()["reads_ahead_unused"] == 0

@@ -1,5 +1,6 @@
 """`SlotReads`: one reader call for a batch's reads, each read's noise and step seed derived from the request's seed,
-and the readings filed per question and slot (with `only`, just the questions read again)."""
+and the readings filed per question and slot when filed, not when fetched (with `only`, just the questions read
+again)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ def test_a_batch_is_read_in_one_call_and_filed_per_question(tokenizer: HFTokeniz
     job = backend.prepare(parse_request(body)[1])
     reads = SlotReads(reader, tokenizer.vocab_size)
     readings = Readings([job])
-    reads.read([job], [WantedRead(0, 0, 0), WantedRead(0, 0, 1)], readings)
+    wanted = [WantedRead(0, 0, 0), WantedRead(0, 0, 1)]
+    fetched = reads.fetch([job], wanted)
+    assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [0, 0], "fetching files nothing"
+    reads.file([job], wanted, fetched, readings)
     [call] = reader.calls
     assert len(call) == 2 and all(read.steps == 2 for read in call)
     for number, read in enumerate(call):
@@ -35,5 +39,8 @@ def test_a_batch_is_read_in_one_call_and_filed_per_question(tokenizer: HFTokeniz
         assert read.prompt_ids == job.plan.prompts[0].ids
     assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [2, 2]
     assert readings.of(0, 1)[0][0].probabilities[0] > 0.99
-    reads.read([job], [WantedRead(0, 0, 2)], readings, only={(0, 1)})
+    again = [WantedRead(0, 0, 2)]
+    reads.file([job], again, reads.fetch([job], again), readings, only={(0, 1)})
     assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [2, 3], "only the question read again files its reading"
+    assert reads.fetch([job], []) == {} and len(reader.calls) == 2, "nothing wanted, no reader call"
+    assert reads.fetch([job], again, gone=lambda j: True) == {}, "a gone caller's reads are left out"

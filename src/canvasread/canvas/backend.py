@@ -4,7 +4,8 @@ Reads top to bottom like a serving step, each step a small piece of its own:
 prepare (`planning.JobPlanner`: labels, prompt, canvases, the seed, every
 refusal), think (`thinking.Thinking`: the requests that ask for a thought write
 it first), read (`readings.SlotReads`: all label canvases of all requests in
-the batch at once), re-read only the uncertain questions with fresh noise
+the batch at once, with their re-reads read ahead when the batch is read
+alone), re-read only the uncertain questions with fresh noise
 (`rereads.RereadPolicy`), search the span questions' blanks
 (`span_search.SpanSearcher`), answer (`diagnostics.Diagnostics`: read out by
 kind, with the details). Every draw is seeded from the request's seed in one
@@ -29,7 +30,7 @@ from canvasread.canvas.plan import CANVAS_TAIL, Planner
 from canvasread.canvas.planning import JobPlanner, StoreCapacity, Unreadable
 from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader, ReaderWithCounters, step_label_limit
-from canvasread.canvas.readings import Readings, SlotReads
+from canvasread.canvas.readings import Readings, SlotReads, WantedRead
 from canvasread.canvas.rereads import RereadPolicy
 from canvasread.canvas.span_search import SpanSearcher
 from canvasread.canvas.spans import blank_markers
@@ -43,12 +44,17 @@ from canvasread.types import DecisionRequest, DecisionResult, JobCost, ModelCard
 DEFAULT_REREAD_ENTROPY = 0.5
 # `samples: "auto"` reads at most this many times in all.
 DEFAULT_MAX_AUTO_READS = 4
+# A batch read while no other is reads ahead at most this many canvas tokens of its re-reads (`rereads`). On the
+# H200 a pass costs about 23 ms plus 0.025 ms a token, so these cost about half a pass's floor, where a round
+# costs a pass; a `standard` request's canvas is 16 tokens, a `mixed` one's 64 (1 to 3 canvases).
+DEFAULT_READ_AHEAD_TOKENS = 512
 
 
 @dataclass(frozen=True)
 class ReadSettings:
     reread_entropy: float = DEFAULT_REREAD_ENTROPY
     max_auto_reads: int = DEFAULT_MAX_AUTO_READS
+    read_ahead_tokens: int = DEFAULT_READ_AHEAD_TOKENS
     # The layout the tests and the README describe; the others are there to be compared (`eval --compare`).
     layout: ReadLayout = DEFAULT_LAYOUT
 
@@ -57,6 +63,8 @@ class ReadSettings:
             raise ValueError("reread_entropy is a normalised entropy, between 0 and 1")
         if self.max_auto_reads < 1:
             raise ValueError("max_auto_reads must be at least 1")
+        if self.read_ahead_tokens < 0:
+            raise ValueError("read_ahead_tokens must be 0 (never read ahead) or more")
 
 
 @dataclass(frozen=True)
@@ -94,10 +102,11 @@ class CanvasBackend:
         self._card = card
         self._load = load
         self.settings = settings
-        self._rereads = RereadPolicy(settings.reread_entropy, settings.max_auto_reads)
+        self._rereads = RereadPolicy(settings.reread_entropy, settings.max_auto_reads, settings.read_ahead_tokens)
         self._runtime: CanvasRuntime | None = None
         self._pieces: _Pieces | None = None
-        self._rereads_read = 0
+        self._counted = {"rereads": 0, "reads_ahead": 0, "reads_ahead_unused": 0}
+        self._deciding = 0  # batches being decided now, on their threads
         self._count_lock = threading.Lock()
 
     @property
@@ -146,7 +155,8 @@ class CanvasBackend:
     def counters(self) -> dict[str, float]:
         reader = self._runtime.reader if self._runtime is not None else None
         counted = dict(reader.counters()) if isinstance(reader, ReaderWithCounters) else {}
-        counted["rereads"] = float(self._rereads_read)
+        with self._count_lock:
+            counted.update((name, float(value)) for name, value in self._counted.items())
         return counted
 
     def prepare(self, request: DecisionRequest) -> CanvasJob:
@@ -161,23 +171,46 @@ class CanvasBackend:
         left gets no more rounds and no result, and its reads stop between the reader's passes where it can."""
         started = time.monotonic()
         pieces = self._loaded()
-        jobs = pieces.thinking.think(jobs, gone)
-        readings = Readings(jobs)
-        pieces.slots.read(jobs, self._rereads.first(jobs), readings, gone=gone)
-        for read in self._rereads.rounds():
-            uncertain = self._rereads.uncertain(jobs, readings, gone)
-            if not uncertain:
-                break
-            pieces.slots.read(jobs, self._rereads.again(jobs, uncertain, read), readings, only=uncertain, gone=gone)
-            with self._count_lock:  # batches run on several threads at once
-                self._rereads_read += len(uncertain)
-        searches = pieces.spans.search(jobs, gone)
+        with self._count_lock:
+            self._deciding += 1
+            alone = self._deciding == 1
+        try:
+            jobs = pieces.thinking.think(jobs, gone)
+            readings = self._read_labels(pieces.slots, jobs, alone, gone)
+            searches = pieces.spans.search(jobs, gone)
+        finally:
+            with self._count_lock:
+                self._deciding -= 1
         elapsed_ms = (time.monotonic() - started) * 1000.0
         result = pieces.diagnostics.result
         return [
             None if gone(j) else result(job, readings.by_question(j), searches[j], elapsed_ms)
             for j, job in enumerate(jobs)
         ]
+
+    def _read_labels(self, slots: SlotReads, jobs: Sequence[CanvasJob], alone: bool, gone: Gone) -> Readings:
+        """The first reads (and, `alone`, the re-reads read ahead) in one call, then the re-read rounds, each
+        taking the reads it finds fetched (`rereads`' docstring)."""
+        readings = Readings(jobs)
+        first = self._rereads.first(jobs)
+        ahead = self._rereads.ahead(jobs) if alone else []
+        fetched = slots.fetch(jobs, [*first, *ahead], gone)
+        slots.file(jobs, first, fetched, readings)
+        asked: set[WantedRead] = set()
+        for read in self._rereads.rounds():
+            uncertain = self._rereads.uncertain(jobs, readings, gone)
+            if not uncertain:
+                break
+            wanted = self._rereads.again(jobs, uncertain, read)
+            fetched.update(slots.fetch(jobs, [w for w in wanted if w not in fetched], gone))
+            slots.file(jobs, wanted, fetched, readings, only=uncertain)
+            asked.update(wanted)
+            with self._count_lock:  # batches run on several threads at once
+                self._counted["rereads"] += len(uncertain)
+        with self._count_lock:
+            self._counted["reads_ahead"] += len(ahead)
+            self._counted["reads_ahead_unused"] += len(set(ahead) - asked)
+        return readings
 
     def _loaded(self) -> _Pieces:
         assert self._pieces is not None, "load() first"

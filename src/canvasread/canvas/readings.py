@@ -1,5 +1,8 @@
 """Label-slot reads: a batch's (job, canvas, read number) reads in one reader call, filed per question and slot.
 
+Fetching and filing are apart, so a read fetched ahead of the round that asks
+for it (`rereads.RereadPolicy.ahead`) is filed only if that round comes.
+
 A read's canvas is the planned canvas with seeded noise at its slots
 (`plan.noisy_canvas`); a multi-step read's own draws are seeded by the noisy
 canvas (`canvasread.canvas.seeds`). Span questions' blanks are read by the
@@ -9,14 +12,14 @@ where the reader can (`canvasread.canvas.reader.read_for`) and never filed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from canvasread.backends.base import Gone, never_gone
 from canvasread.canvas import seeds
 from canvasread.canvas.job import CanvasJob
 from canvasread.canvas.plan import noisy_canvas
-from canvasread.canvas.reader import CanvasRead, Reader, Slot, read_for
+from canvasread.canvas.reader import CanvasRead, Reader, Slot, SlotLogProbs, read_for
 from canvasread.canvas.readout import SlotReading, slot_reading
 
 
@@ -58,21 +61,30 @@ class SlotReads:
         self._reader = reader
         self._vocab_size = vocab_size
 
-    def read(
-        self,
+    def fetch(
+        self, jobs: Sequence[CanvasJob], wanted: Sequence[WantedRead], gone: Gone = never_gone
+    ) -> dict[WantedRead, list[SlotLogProbs]]:
+        """Read `wanted` in one reader call (none when it is empty), each read's label slots in its canvas's order;
+        a job whose caller is `gone` has its reads stopped where the reader can, and left out."""
+        if not wanted:
+            return {}
+        reads = [self.canvas_read(jobs[w.job], w.canvas, w.read) for w in wanted]
+        results = read_for(self._reader, reads, lambda i: gone(wanted[i].job))
+        return {w: slots for w, slots in zip(wanted, results, strict=True) if not gone(w.job)}
+
+    @staticmethod
+    def file(
         jobs: Sequence[CanvasJob],
         wanted: Sequence[WantedRead],
+        fetched: Mapping[WantedRead, Sequence[SlotLogProbs]],
         readings: Readings,
         only: Collection[tuple[int, int]] | None = None,
-        gone: Gone = never_gone,
     ) -> None:
-        """Read `wanted` in one reader call and file the slots' readings (with `only`, just those (job, question)s);
-        a job whose caller is `gone` has its reads stopped where the reader can, and none filed."""
-        reads = [self.canvas_read(jobs[w.job], w.canvas, w.read) for w in wanted]
-        for w, slots in zip(wanted, read_for(self._reader, reads, lambda i: gone(wanted[i].job)), strict=True):
-            if gone(w.job):
+        """File the `wanted` reads that were `fetched` (with `only`, just those (job, question)s' slots)."""
+        for w in wanted:
+            if w not in fetched:
                 continue
-            results = iter(slots)
+            results = iter(fetched[w])
             plan = jobs[w.job].plan
             for q in plan.canvases[w.canvas].questions:
                 for s, slot in enumerate(plan.questions[q].slots):

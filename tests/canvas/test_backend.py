@@ -1,5 +1,6 @@
 """`CanvasBackend`: a job whose caller has left gets no more re-read rounds; a batch read alone reads its re-reads
-ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not."""
+ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not; span
+searches read beside the label reads where the reader merges concurrent calls."""
 
 from __future__ import annotations
 
@@ -31,24 +32,34 @@ class Counting:
         return self._reader.read(reads)
 
 
-class GatedUnsure:
-    """Every label equally likely (an "auto" question always reads again); the first call waits for a second."""
+class Unsure:
+    """Every label equally likely: an "auto" question always reads again."""
 
-    def __init__(self) -> None:
-        self.calls: list[int] = []
+    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
+        even = [[(-math.log(len(slot.label_ids)),) * len(slot.label_ids) for slot in read.slots] for read in reads]
+        return [[SlotLogProbs(logprobs) for logprobs in slots] for slots in even]
+
+
+class Gated(Counting):
+    """A counting reader (calls in the order they came) whose first call waits until a second comes, so both are in
+    flight at once; `widths` keeps each call's widest slot (a blank's slot offers the state's tokens)."""
+
+    def __init__(self, reader: Reader) -> None:
+        super().__init__(reader)
+        self.widths: list[int] = []
         self._lock = threading.Lock()
         self._second = threading.Event()
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         with self._lock:
             self.calls.append(len(reads))
+            self.widths.append(max(len(slot.label_ids) for read in reads for slot in read.slots))
             call = len(self.calls)
         if call == 1:
-            assert self._second.wait(30), "no second batch came while the first was read"
+            assert self._second.wait(30), "no second call came while the first was in flight"
         elif call == 2:
             self._second.set()
-        even = [[(-math.log(len(slot.label_ids)),) * len(slot.label_ids) for slot in read.slots] for read in reads]
-        return [[SlotLogProbs(logprobs) for logprobs in slots] for slots in even]
+        return self._reader.read(reads)
 
 
 def test_re_reads_stop_for_a_job_whose_caller_has_left(tiny_decider: Decider) -> None:
@@ -94,14 +105,25 @@ def test_reads_ahead_no_round_asks_for_are_counted_and_never_filed(tokenizer: HF
 
 
 def test_a_batch_read_beside_another_does_not_read_ahead(tokenizer: HFTokenizer) -> None:
-    reader = GatedUnsure()
+    reader = Gated(Unsure())
     backend = scripted_backend(reader, tokenizer)
     first = threading.Thread(target=backend.decide, args=([backend.prepare(parse_request(BODY)[1])],))
     first.start()
     [beside] = backend.decide([backend.prepare(parse_request(BODY)[1])])
     first.join(30)
     assert beside is not None and all(d.reads == 4 for d in beside.distributions)
-    canvases = reader.calls[1]
-    assert reader.calls[0] == 4 * canvases, "the first batch, alone when it began, read three reads ahead"
+    [first, canvases] = reader.calls[:2]
+    assert first == 4 * canvases, "the first batch, alone when it began, read three reads ahead"
     assert sorted(reader.calls[2:]) == [canvases] * 3, "the batch beside it read its rounds one by one"
     assert backend.counters()["reads_ahead_unused"] == 0
+
+
+def test_a_batch_searches_its_blanks_beside_its_label_reads(tokenizer: HFTokenizer) -> None:
+    reader = Gated(FirstLabel())
+    backend = scripted_backend(reader, tokenizer, batches=2)  # a reader that merges concurrent calls' reads
+    body = {**BODY, "questions": {"money": QUESTIONS["q0"], "signed": {"type": "span", "instructions": "Which?"}}}
+    [result] = backend.decide([backend.prepare(parse_request(body)[1])])
+    assert result is not None and result.distributions[1].found is not None
+    assert sorted(width > 2 for width in reader.widths[:2]) == [False, True], (
+        "the labels' first read (a noul slot: two labels) and the blank's first round were in flight at once"
+    )

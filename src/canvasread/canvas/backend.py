@@ -7,7 +7,8 @@ it first), read (`readings.SlotReads`: all label canvases of all requests in
 the batch at once, with their re-reads read ahead when the batch is read
 alone), re-read only the uncertain questions with fresh noise
 (`rereads.RereadPolicy`), search the span questions' blanks
-(`span_search.SpanSearcher`), answer (`diagnostics.Diagnostics`: read out by
+(`span_search.SpanSearcher`, beside the label reads where the reader merges
+concurrent calls), answer (`diagnostics.Diagnostics`: read out by
 kind, with the details). Every draw is seeded from the request's seed in one
 way (`seeds`). Execution is behind a `Reader`, so the in-process engine and
 the vLLM proxy share every line here.
@@ -20,6 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from canvasread.backends.base import Gone, never_gone
@@ -32,7 +34,7 @@ from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader, ReaderWithCounters, step_label_limit
 from canvasread.canvas.readings import Readings, SlotReads, WantedRead
 from canvasread.canvas.rereads import RereadPolicy
-from canvasread.canvas.span_search import SpanSearcher
+from canvasread.canvas.span_search import SpanSearch, SpanSearcher
 from canvasread.canvas.spans import blank_markers
 from canvasread.canvas.thinker import Thinker
 from canvasread.canvas.thinking import Thinking
@@ -108,6 +110,7 @@ class CanvasBackend:
         self._counted = {"rereads": 0, "reads_ahead": 0, "reads_ahead_unused": 0}
         self._deciding = 0  # batches being decided now, on their threads
         self._count_lock = threading.Lock()
+        self._searching: ThreadPoolExecutor | None = None
 
     @property
     def card(self) -> ModelCard:
@@ -125,6 +128,8 @@ class CanvasBackend:
 
     def close(self) -> None:
         """Stop what the runtime started, where it started anything (tests and embedders; the server just exits)."""
+        if self._searching is not None:
+            self._searching.shutdown(wait=False, cancel_futures=True)
         runtime = self._runtime
         if runtime is not None and runtime.close is not None:
             runtime.close()
@@ -140,6 +145,8 @@ class CanvasBackend:
     def load(self) -> None:
         runtime = self._load()
         self._pieces = _Pieces.of(runtime, self._card, self.settings.layout)
+        if runtime.batches > 1:  # a reader that merges concurrent calls' reads: searches read beside the labels
+            self._searching = ThreadPoolExecutor(runtime.batches, thread_name_prefix="canvasread-span-search")
         self._runtime = runtime
 
     @property
@@ -167,8 +174,9 @@ class CanvasBackend:
         return JobPlanner.cost(job)
 
     def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
-        """Think, first reads of every job at once, re-read rounds, span searches, results; a job whose caller has
-        left gets no more rounds and no result, and its reads stop between the reader's passes where it can."""
+        """Think, first reads of every job at once (span searches beside them), re-read rounds, results; a job whose
+        caller has left gets no more rounds and no result, and its reads stop between the reader's passes where it
+        can."""
         started = time.monotonic()
         pieces = self._loaded()
         with self._count_lock:
@@ -176,8 +184,9 @@ class CanvasBackend:
             alone = self._deciding == 1
         try:
             jobs = pieces.thinking.think(jobs, gone)
+            searching = self._search(pieces.spans, jobs, gone)
             readings = self._read_labels(pieces.slots, jobs, alone, gone)
-            searches = pieces.spans.search(jobs, gone)
+            searches = searching()
         finally:
             with self._count_lock:
                 self._deciding -= 1
@@ -187,6 +196,17 @@ class CanvasBackend:
             None if gone(j) else result(job, readings.by_question(j), searches[j], elapsed_ms)
             for j, job in enumerate(jobs)
         ]
+
+    def _search(
+        self, spans: SpanSearcher, jobs: Sequence[CanvasJob], gone: Gone
+    ) -> Callable[[], list[dict[int, SpanSearch]]]:
+        """The batch's span searches, started beside its label reads where the reader merges concurrent calls'
+        reads into shared passes (a blank's first round then rides the passes of the labels' first reads instead
+        of waiting for every label round), else run when asked for; call the result to wait for them."""
+        searched = any(job.is_blank(canvas) for job in jobs for canvas in job.plan.canvases)
+        if self._searching is None or not searched:
+            return lambda: spans.search(jobs, gone)
+        return self._searching.submit(spans.search, jobs, gone).result
 
     def _read_labels(self, slots: SlotReads, jobs: Sequence[CanvasJob], alone: bool, gone: Gone) -> Readings:
         """The first reads (and, `alone`, the re-reads read ahead) in one call, then the re-read rounds, each

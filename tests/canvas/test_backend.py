@@ -1,6 +1,6 @@
 """`CanvasBackend`: a job whose caller has left gets no more re-read rounds; a batch read alone reads its re-reads
-ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not; span
-searches read beside the label reads where the reader merges concurrent calls."""
+ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not; a span
+question's first round is read in the label reads' first call."""
 
 from __future__ import annotations
 
@@ -42,18 +42,16 @@ class Unsure:
 
 class Gated(Counting):
     """A counting reader (calls in the order they came) whose first call waits until a second comes, so both are in
-    flight at once; `widths` keeps each call's widest slot (a blank's slot offers the state's tokens)."""
+    flight at once."""
 
     def __init__(self, reader: Reader) -> None:
         super().__init__(reader)
-        self.widths: list[int] = []
         self._lock = threading.Lock()
         self._second = threading.Event()
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
         with self._lock:
             self.calls.append(len(reads))
-            self.widths.append(max(len(slot.label_ids) for read in reads for slot in read.slots))
             call = len(self.calls)
         if call == 1:
             assert self._second.wait(30), "no second call came while the first was in flight"
@@ -118,12 +116,13 @@ def test_a_batch_read_beside_another_does_not_read_ahead(tokenizer: HFTokenizer)
     assert backend.counters()["reads_ahead_unused"] == 0
 
 
-def test_a_batch_searches_its_blanks_beside_its_label_reads(tokenizer: HFTokenizer) -> None:
-    reader = Gated(FirstLabel())
-    backend = scripted_backend(reader, tokenizer, batches=2)  # a reader that merges concurrent calls' reads
+def test_a_blanks_first_round_is_read_in_the_label_reads_first_call(tokenizer: HFTokenizer) -> None:
+    reader = FirstLabel()
+    backend = scripted_backend(reader, tokenizer)
     body = {**BODY, "questions": {"money": QUESTIONS["q0"], "signed": {"type": "span", "instructions": "Which?"}}}
     [result] = backend.decide([backend.prepare(parse_request(body)[1])])
     assert result is not None and result.distributions[1].found is not None
-    assert sorted(width > 2 for width in reader.widths[:2]) == [False, True], (
-        "the labels' first read (a noul slot: two labels) and the blank's first round were in flight at once"
+    widths = [{len(slot.label_ids) for read in call for slot in read.slots} for call in reader.calls]
+    assert len(widths) == 1 and 2 in widths[0] and max(widths[0]) > 2, (
+        "one call: the noul slot's two labels and the blank's slots, which offer the state's tokens"
     )

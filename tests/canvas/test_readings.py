@@ -1,6 +1,6 @@
 """`SlotReads`: one reader call for a batch's reads, each read's noise and step seed derived from the request's seed,
 and the readings filed per question and slot when filed, not when fetched (with `only`, just the questions read
-again)."""
+again); reads made beside the label reads share their call."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_batch_is_read_in_one_call_and_filed_per_question(tokenizer: HFTokeniz
     reads = SlotReads(reader, tokenizer.vocab_size)
     readings = Readings([job])
     wanted = [WantedRead(0, 0, 0), WantedRead(0, 0, 1)]
-    fetched = reads.fetch([job], wanted)
+    fetched = reads.fetch([job], wanted).labels
     assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [0, 0], "fetching files nothing"
     reads.file([job], wanted, fetched, readings)
     [call] = reader.calls
@@ -40,7 +40,9 @@ def test_a_batch_is_read_in_one_call_and_filed_per_question(tokenizer: HFTokeniz
     assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [2, 2]
     assert readings.of(0, 1)[0][0].probabilities[0] > 0.99
     again = [WantedRead(0, 0, 2)]
-    reads.file([job], again, reads.fetch([job], again), readings, only={(0, 1)})
+    reads.file([job], again, reads.fetch([job], again).labels, readings, only={(0, 1)})
     assert [len(readings.of(0, q)[0]) for q in (0, 1)] == [2, 3], "only the question read again files its reading"
-    assert reads.fetch([job], []) == {} and len(reader.calls) == 2, "nothing wanted, no reader call"
-    assert reads.fetch([job], again, gone=lambda j: True) == {}, "a gone caller's reads are left out"
+    assert reads.fetch([job], []) == ({}, []) and len(reader.calls) == 2, "nothing wanted, no reader call"
+    beside = reads.fetch([job], again, gone=lambda j: True, beside=call[:1])
+    assert beside.labels == {} and len(beside.beside) == 1, "a gone caller's reads are left out, the reads beside kept"
+    assert len(reader.calls) == 3 and reader.calls[-1][1:] == call[:1], "one call for both, the reads beside last"

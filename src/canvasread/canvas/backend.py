@@ -7,8 +7,8 @@ it first), read (`readings.SlotReads`: all label canvases of all requests in
 the batch at once, with their re-reads read ahead when the batch is read
 alone), re-read only the uncertain questions with fresh noise
 (`rereads.RereadPolicy`), search the span questions' blanks
-(`span_search.SpanSearcher`, beside the label reads where the reader merges
-concurrent calls), answer (`diagnostics.Diagnostics`: read out by
+(`span_search.SpanSearcher`, the first round in the label reads' first call),
+answer (`diagnostics.Diagnostics`: read out by
 kind, with the details). Every draw is seeded from the request's seed in one
 way (`seeds`). Execution is behind a `Reader`, so the in-process engine and
 the vLLM proxy share every line here.
@@ -21,7 +21,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from canvasread.backends.base import Gone, never_gone
@@ -34,7 +33,7 @@ from canvasread.canvas.prompt import ImageTokens
 from canvasread.canvas.reader import Reader, ReaderWithCounters, step_label_limit
 from canvasread.canvas.readings import Readings, SlotReads, WantedRead
 from canvasread.canvas.rereads import RereadPolicy
-from canvasread.canvas.span_search import SpanSearch, SpanSearcher
+from canvasread.canvas.span_search import BlankRound, SpanSearcher
 from canvasread.canvas.spans import blank_markers
 from canvasread.canvas.thinker import Thinker
 from canvasread.canvas.thinking import Thinking
@@ -110,7 +109,6 @@ class CanvasBackend:
         self._counted = {"rereads": 0, "reads_ahead": 0, "reads_ahead_unused": 0}
         self._deciding = 0  # batches being decided now, on their threads
         self._count_lock = threading.Lock()
-        self._searching: ThreadPoolExecutor | None = None
 
     @property
     def card(self) -> ModelCard:
@@ -128,8 +126,6 @@ class CanvasBackend:
 
     def close(self) -> None:
         """Stop what the runtime started, where it started anything (tests and embedders; the server just exits)."""
-        if self._searching is not None:
-            self._searching.shutdown(wait=False, cancel_futures=True)
         runtime = self._runtime
         if runtime is not None and runtime.close is not None:
             runtime.close()
@@ -145,8 +141,6 @@ class CanvasBackend:
     def load(self) -> None:
         runtime = self._load()
         self._pieces = _Pieces.of(runtime, self._card, self.settings.layout)
-        if runtime.batches > 1:  # a reader that merges concurrent calls' reads: searches read beside the labels
-            self._searching = ThreadPoolExecutor(runtime.batches, thread_name_prefix="canvasread-span-search")
         self._runtime = runtime
 
     @property
@@ -174,9 +168,9 @@ class CanvasBackend:
         return JobPlanner.cost(job)
 
     def decide(self, jobs: Sequence[CanvasJob], gone: Gone = never_gone) -> list[DecisionResult | None]:
-        """Think, first reads of every job at once (span searches beside them), re-read rounds, results; a job whose
-        caller has left gets no more rounds and no result, and its reads stop between the reader's passes where it
-        can."""
+        """Think, first reads of every job at once (the blanks' first round with them), re-read rounds, the rest of
+        the span searches, results; a job whose caller has left gets no more rounds and no result, and its reads
+        stop between the reader's passes where it can."""
         started = time.monotonic()
         pieces = self._loaded()
         with self._count_lock:
@@ -184,9 +178,9 @@ class CanvasBackend:
             alone = self._deciding == 1
         try:
             jobs = pieces.thinking.think(jobs, gone)
-            searching = self._search(pieces.spans, jobs, gone)
-            readings = self._read_labels(pieces.slots, jobs, alone, gone)
-            searches = searching()
+            searches = pieces.spans.begin(jobs, gone)
+            readings = self._read_labels(pieces.slots, jobs, pieces.spans.first_round(searches), alone, gone)
+            pieces.spans.finish(searches)
         finally:
             with self._count_lock:
                 self._deciding -= 1
@@ -197,24 +191,16 @@ class CanvasBackend:
             for j, job in enumerate(jobs)
         ]
 
-    def _search(
-        self, spans: SpanSearcher, jobs: Sequence[CanvasJob], gone: Gone
-    ) -> Callable[[], list[dict[int, SpanSearch]]]:
-        """The batch's span searches, started beside its label reads where the reader merges concurrent calls'
-        reads into shared passes (a blank's first round then rides the passes of the labels' first reads instead
-        of waiting for every label round), else run when asked for; call the result to wait for them."""
-        searched = any(job.is_blank(canvas) for job in jobs for canvas in job.plan.canvases)
-        if self._searching is None or not searched:
-            return lambda: spans.search(jobs, gone)
-        return self._searching.submit(spans.search, jobs, gone).result
-
-    def _read_labels(self, slots: SlotReads, jobs: Sequence[CanvasJob], alone: bool, gone: Gone) -> Readings:
-        """The first reads (and, `alone`, the re-reads read ahead) in one call, then the re-read rounds, each
-        taking the reads it finds fetched (`rereads`' docstring)."""
+    def _read_labels(
+        self, slots: SlotReads, jobs: Sequence[CanvasJob], blanks: BlankRound, alone: bool, gone: Gone
+    ) -> Readings:
+        """The first reads (and, `alone`, the re-reads read ahead) in one call with the blanks' first round, then
+        the re-read rounds, each taking the reads it finds fetched (`rereads`' docstring)."""
         readings = Readings(jobs)
         first = self._rereads.first(jobs)
         ahead = self._rereads.ahead(jobs) if alone else []
-        fetched = slots.fetch(jobs, [*first, *ahead], gone)
+        fetched, blank_results = slots.fetch(jobs, [*first, *ahead], gone, blanks.reads)
+        blanks.record(blank_results)
         slots.file(jobs, first, fetched, readings)
         asked: set[WantedRead] = set()
         for read in self._rereads.rounds():
@@ -222,7 +208,7 @@ class CanvasBackend:
             if not uncertain:
                 break
             wanted = self._rereads.again(jobs, uncertain, read)
-            fetched.update(slots.fetch(jobs, [w for w in wanted if w not in fetched], gone))
+            fetched.update(slots.fetch(jobs, [w for w in wanted if w not in fetched], gone).labels)
             slots.file(jobs, wanted, fetched, readings, only=uncertain)
             asked.update(wanted)
             with self._count_lock:  # batches run on several threads at once

@@ -31,6 +31,13 @@ class WantedRead(NamedTuple):
     read: int
 
 
+class Fetched(NamedTuple):
+    """What one reader call gave: the wanted label reads (a gone caller's left out), and the reads made beside them."""
+
+    labels: dict[WantedRead, list[SlotLogProbs]]
+    beside: list[list[SlotLogProbs]]
+
+
 class Readings:
     """Every label slot's readings so far, per (job, question): a list per slot, a reading per read."""
 
@@ -62,15 +69,20 @@ class SlotReads:
         self._vocab_size = vocab_size
 
     def fetch(
-        self, jobs: Sequence[CanvasJob], wanted: Sequence[WantedRead], gone: Gone = never_gone
-    ) -> dict[WantedRead, list[SlotLogProbs]]:
-        """Read `wanted` in one reader call (none when it is empty), each read's label slots in its canvas's order;
-        a job whose caller is `gone` has its reads stopped where the reader can, and left out."""
-        if not wanted:
-            return {}
+        self,
+        jobs: Sequence[CanvasJob],
+        wanted: Sequence[WantedRead],
+        gone: Gone = never_gone,
+        beside: Sequence[CanvasRead] = (),
+    ) -> Fetched:
+        """Read `wanted` and `beside` in one reader call (none when both are empty), each read's label slots in its
+        canvas's order; a job whose caller is `gone` has its reads stopped where the reader can, and left out."""
+        if not wanted and not beside:
+            return Fetched({}, [])
         reads = [self.canvas_read(jobs[w.job], w.canvas, w.read) for w in wanted]
-        results = read_for(self._reader, reads, lambda i: gone(wanted[i].job))
-        return {w: slots for w, slots in zip(wanted, results, strict=True) if not gone(w.job)}
+        results = read_for(self._reader, [*reads, *beside], lambda i: i < len(wanted) and gone(wanted[i].job))
+        labels = {w: slots for w, slots in zip(wanted, results[: len(wanted)], strict=True) if not gone(w.job)}
+        return Fetched(labels, results[len(wanted) :])
 
     @staticmethod
     def file(

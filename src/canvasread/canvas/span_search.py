@@ -10,7 +10,9 @@ to stop, no piece fits in what is left of the canvas, or `MAX_PIECES` pieces
 are found (the answer then says `complete: false`). The rounds of every span
 question of a batch are read together, one reader call per round, against the
 prompts the rest of the request is read with (so a prompt already encoded for
-the other questions is reused).
+the other questions is reused); the first round rides the label slots' first
+reader call (`BlankRound`), so the blank's first steps share the passes of the
+labels' reads instead of waiting for them.
 
 Noise follows the question's content, as for label slots: the blank of round
 r of read n is drawn from a generator seeded by (request seed, n, question
@@ -126,18 +128,32 @@ class SpanSearch:
         return Distribution((), details, reads=reads, found=found)
 
 
-def search_all(searches: Sequence[SpanSearch], reader: Reader, vocab_size: int) -> None:
-    """Run every search's rounds to the end, all searches' reads of a round in one reader call."""
-    active = [search for search in searches if not search.done]
-    while active:
-        planned = [(search, search.reads(vocab_size)) for search in active]
-        planned = [(search, reads) for search, reads in planned if reads]
-        results = reader.read([read for _, reads in planned for read in reads]) if planned else []
+class BlankRound:
+    """One round of the searches still going: their reads, for one reader call (beside other reads where the caller
+    has some), and the recording of what came back. A search with nothing left to read is done once this is built."""
+
+    def __init__(self, searches: Sequence[SpanSearch], vocab_size: int) -> None:
+        planned = [(search, search.reads(vocab_size)) for search in searches if not search.done]
+        self._planned = [(search, reads) for search, reads in planned if reads]
+
+    @property
+    def reads(self) -> list[CanvasRead]:
+        return [read for _, reads in self._planned for read in reads]
+
+    def record(self, results: Sequence[Sequence[SlotLogProbs]]) -> None:
+        """File each search's share of `results` (in the order of `reads`)."""
         cursor = 0
-        for search, reads in planned:
+        for search, reads in self._planned:
             search.record(results[cursor : cursor + len(reads)], reads[0].slots)
             cursor += len(reads)
-        active = [search for search in active if not search.done]
+
+
+def search_all(searches: Sequence[SpanSearch], reader: Reader, vocab_size: int) -> None:
+    """Run every search's rounds to the end, all searches' reads of a round in one reader call."""
+    while any(not search.done for search in searches):
+        blanks = BlankRound(searches, vocab_size)
+        if blanks.reads:
+            blanks.record(reader.read(blanks.reads))
 
 
 class SpanSearcher:
@@ -161,15 +177,22 @@ class SpanSearcher:
         self._max_steps = max_steps
         self._step_label_ids = step_label_ids
 
-    def search(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[dict[int, SpanSearch]]:
-        """Every span question of the batch whose caller still waits, searched to the end; per job, by question."""
+    def begin(self, jobs: Sequence[CanvasJob], gone: Gone) -> list[dict[int, SpanSearch]]:
+        """Every span question of the batch whose caller still waits, before its first round; per job, by question."""
         found: list[dict[int, SpanSearch]] = []
         for j, job in enumerate(jobs):
             asked = () if gone(j) else job.plan.questions
             searches = (self.start(job, planned) for planned in asked)
             found.append({q: search for q, search in enumerate(searches) if search is not None})
-        search_all([s for searches in found for s in searches.values()], self._reader, self._vocab_size)
         return found
+
+    def first_round(self, found: Sequence[dict[int, SpanSearch]]) -> BlankRound:
+        """The first round of the searches `begin` found, to be read beside the label slots' first reads."""
+        return BlankRound([search for searches in found for search in searches.values()], self._vocab_size)
+
+    def finish(self, found: Sequence[dict[int, SpanSearch]]) -> None:
+        """Every search's remaining rounds, to the end."""
+        search_all([search for searches in found for search in searches.values()], self._reader, self._vocab_size)
 
     def start(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
         """The question's search before its first round (None: it is not read at a blank)."""

@@ -5,9 +5,10 @@ for it (`rereads.RereadPolicy.ahead`) is filed only if that round comes.
 
 A read's canvas is the planned canvas with seeded noise at its slots
 (`plan.noisy_canvas`); a multi-step read's own draws are seeded by the noisy
-canvas (`canvasread.canvas.seeds`). Span questions' blanks are read by the
-span search, never here. The reads of a job whose caller has left are stopped
-where the reader can (`canvasread.canvas.reader.read_for`) and never filed.
+canvas (`canvasread.canvas.seeds`). Span questions' blanks are the span
+search's reads: `fetch` only carries them beside the label reads, in one
+call. The reads of a job whose caller has left are stopped where the reader
+can (`canvasread.canvas.reader.read_for`) and never filed.
 """
 
 from __future__ import annotations

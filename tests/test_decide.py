@@ -162,7 +162,7 @@ def test_uncertain_questions_alone_are_read_again_and_reads_are_counted(tokenize
     reader = ScriptedReader(unsure_labels=3)
     decider = canvas_decider(tokenizer, reader)
     decision = decider.decide_now("canvas", request({"money": NOUL, "team": CHOICE}, diagnostics=True, seed=1))
-    # One call: the canvas's first read and its three re-reads read ahead (a batch alone; samples "auto": at most
+    # One call: the canvas's first read and its three re-reads read ahead (samples "auto": at most
     # 4 reads), of which the sure question files one and the unsure one all four.
     assert reader.calls == [4]
     assert decision.reads == (1, 4)  # typed counts, in question order, for /metrics

@@ -1,6 +1,6 @@
-"""`CanvasBackend`: a job whose caller has left gets no more re-read rounds; a batch read alone reads its re-reads
-ahead, in its first reader call, and answers as the rounds alone do; a batch read beside another does not; a span
-question's first round is read in the label reads' first call."""
+"""`CanvasBackend`: a job whose caller has left gets no more re-read rounds; a batch reads its re-reads ahead, in
+its first reader call, and answers as the rounds alone do; the batches being read share one room for reads ahead;
+a span question's first round is read in the label reads' first call."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_re_reads_stop_for_a_job_whose_caller_has_left(tiny_decider: Decider) ->
     assert left is None and backend.counters()["rereads"] - before == rereads, "no re-read for a caller gone"
 
 
-def test_a_batch_read_alone_reads_ahead_and_answers_as_the_rounds_alone_do(tiny_decider: Decider) -> None:
+def test_a_batch_reads_ahead_and_answers_as_the_rounds_alone_do(tiny_decider: Decider) -> None:
     runtime = loaded_runtime(canvas_backend(tiny_decider))
     sizes = {"canvas_length": runtime.canvas_length, "max_positions": runtime.max_positions}
     answers, calls = [], []
@@ -102,18 +102,21 @@ def test_reads_ahead_no_round_asks_for_are_counted_and_never_filed(tokenizer: HF
     assert counters["rereads"] == 0
 
 
-def test_a_batch_read_beside_another_does_not_read_ahead(tokenizer: HFTokenizer) -> None:
+def test_the_batches_being_read_share_one_room_for_reads_ahead(tokenizer: HFTokenizer) -> None:
     reader = Gated(Unsure())
-    backend = scripted_backend(reader, tokenizer)
+    probe = scripted_backend(FirstLabel(), tokenizer).prepare(parse_request(BODY)[1])
+    room = 3 * sum(len(canvas.ids) for canvas in probe.plan.canvases)  # one batch's three re-reads
+    backend = scripted_backend(reader, tokenizer, settings=ReadSettings(read_ahead_tokens=room))
     first = threading.Thread(target=backend.decide, args=([backend.prepare(parse_request(BODY)[1])],))
     first.start()
     [beside] = backend.decide([backend.prepare(parse_request(BODY)[1])])
     first.join(30)
     assert beside is not None and all(d.reads == 4 for d in beside.distributions)
-    [first, canvases] = reader.calls[:2]
-    assert first == 4 * canvases, "the first batch, alone when it began, read three reads ahead"
-    assert sorted(reader.calls[2:]) == [canvases] * 3, "the batch beside it read its rounds one by one"
-    assert backend.counters()["reads_ahead_unused"] == 0
+    [first_call, canvases] = reader.calls[:2]
+    assert first_call == 4 * canvases, "the first batch took the room: its three re-reads ahead"
+    assert sorted(reader.calls[2:]) == [canvases] * 3, "the batch beside it found none left: its rounds one by one"
+    backend.decide([backend.prepare(parse_request(BODY)[1])])
+    assert reader.calls[-1] == 4 * canvases, "the room is given back when a batch's first call ends"
 
 
 def test_a_blanks_first_round_is_read_in_the_label_reads_first_call(tokenizer: HFTokenizer) -> None:

@@ -54,13 +54,14 @@ def test_a_round_reads_a_canvas_once_for_all_its_uncertain_questions(tokenizer: 
     assert POLICY.again([job], {(0, 0), (0, 1)}, 2) == [WantedRead(0, 0, 2)]
 
 
-def test_reads_ahead_are_the_rounds_reads_in_their_order_within_the_token_cap(tokenizer: HFTokenizer) -> None:
+def test_reads_ahead_are_the_rounds_reads_in_their_order_within_the_room(tokenizer: HFTokenizer) -> None:
     batch = jobs(tokenizer, {"questions": {"a": NOUL, "b": ALONE, "c": SPAN}}, {"questions": {"a": NOUL}, "samples": 1})
     widths = [len(canvas.ids) for canvas in batch[0].plan.canvases]
     every = [WantedRead(0, c, r) for r in (1, 2) for c in (0, 1)]
-    assert RereadPolicy(0.5, 3, ahead_tokens=sum(widths[:2]) * 2).ahead(batch) == every, (
+    assert POLICY.ahead(batch, room=sum(widths[:2]) * 2) == every, (
         "each later read of each auto label canvas, read by read; never a blank, never a fixed sample count"
     )
-    assert RereadPolicy(0.5, 3, ahead_tokens=sum(widths[:2]) + widths[0]).ahead(batch) == every[:3]
-    assert RereadPolicy(0.5, 3, ahead_tokens=widths[0] - 1).ahead(batch) == [], "nothing past the cap"
-    assert RereadPolicy(0.5, 1, ahead_tokens=10_000).ahead(batch) == [], "one read at most: no re-reads"
+    assert POLICY.ahead(batch, room=sum(widths[:2]) + widths[0]) == every[:3]
+    assert POLICY.tokens(batch, every[:3]) == sum(widths[:2]) + widths[0]
+    assert POLICY.ahead(batch, room=widths[0] - 1) == [], "nothing past the room"
+    assert RereadPolicy(0.5, 1).ahead(batch, room=10_000) == [], "one read at most: no re-reads"

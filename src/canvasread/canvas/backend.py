@@ -4,8 +4,8 @@ Reads top to bottom like a serving step, each step a small piece of its own:
 prepare (`planning.JobPlanner`: labels, prompt, canvases, the seed, every
 refusal), think (`thinking.Thinking`: the requests that ask for a thought write
 it first), read (`readings.SlotReads`: all label canvases of all requests in
-the batch at once, with their re-reads read ahead when the batch is read
-alone), re-read only the uncertain questions with fresh noise
+the batch at once, with their re-reads read ahead while few are in flight),
+re-read only the uncertain questions with fresh noise
 (`rereads.RereadPolicy`), search the span questions' blanks
 (`span_search.SpanSearcher`, the first round in the label reads' first call),
 answer (`diagnostics.Diagnostics`: read out by
@@ -30,7 +30,7 @@ from canvasread.canvas.layouts import DEFAULT_LAYOUT, ReadLayout
 from canvasread.canvas.plan import CANVAS_TAIL, Planner
 from canvasread.canvas.planning import JobPlanner, StoreCapacity, Unreadable
 from canvasread.canvas.prompt import ImageTokens
-from canvasread.canvas.reader import Reader, ReaderWithCounters, step_label_limit
+from canvasread.canvas.reader import Reader, ReaderWithCounters, SlotLogProbs, step_label_limit
 from canvasread.canvas.readings import Readings, SlotReads, WantedRead
 from canvasread.canvas.rereads import RereadPolicy
 from canvasread.canvas.span_search import BlankRound, SpanSearcher
@@ -45,10 +45,12 @@ from canvasread.types import DecisionRequest, DecisionResult, JobCost, ModelCard
 DEFAULT_REREAD_ENTROPY = 0.5
 # `samples: "auto"` reads at most this many times in all.
 DEFAULT_MAX_AUTO_READS = 4
-# A batch read while no other is reads ahead at most this many canvas tokens of its re-reads (`rereads`). On the
-# H200 a pass costs about 23 ms plus 0.025 ms a token, so these cost about half a pass's floor, where a round
-# costs a pass; a `standard` request's canvas is 16 tokens, a `mixed` one's 64 (1 to 3 canvases).
-DEFAULT_READ_AHEAD_TOKENS = 512
+# The batches being read hold at most this many canvas tokens of re-reads read ahead (`rereads`), together. On the
+# H200 a pass costs about 23 ms plus 0.025 ms a token, so these cost at most a pass's floor where a round costs a
+# pass; a `mixed` request's canvas is 64 tokens (1 to 3 canvases), its 3 re-reads 192. Under load the room is
+# taken and the rest re-read in rounds, which share other requests' passes, so what is read for nothing stays
+# bounded. 1,024 against 512 and a batch read alone: bench/results/h200-2026-12-05/README.md.
+DEFAULT_READ_AHEAD_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,11 @@ class CanvasBackend:
         self._card = card
         self._load = load
         self.settings = settings
-        self._rereads = RereadPolicy(settings.reread_entropy, settings.max_auto_reads, settings.read_ahead_tokens)
+        self._rereads = RereadPolicy(settings.reread_entropy, settings.max_auto_reads)
         self._runtime: CanvasRuntime | None = None
         self._pieces: _Pieces | None = None
         self._counted = {"rereads": 0, "reads_ahead": 0, "reads_ahead_unused": 0}
-        self._deciding = 0  # batches being decided now, on their threads
+        self._ahead_in_flight = 0  # canvas tokens of the reads ahead in the batches' first calls, on their threads
         self._count_lock = threading.Lock()
 
     @property
@@ -173,17 +175,10 @@ class CanvasBackend:
         stop between the reader's passes where it can."""
         started = time.monotonic()
         pieces = self._loaded()
-        with self._count_lock:
-            self._deciding += 1
-            alone = self._deciding == 1
-        try:
-            jobs = pieces.thinking.think(jobs, gone)
-            searches = pieces.spans.begin(jobs, gone)
-            readings = self._read_labels(pieces.slots, jobs, pieces.spans.first_round(searches), alone, gone)
-            pieces.spans.finish(searches)
-        finally:
-            with self._count_lock:
-                self._deciding -= 1
+        jobs = pieces.thinking.think(jobs, gone)
+        searches = pieces.spans.begin(jobs, gone)
+        readings = self._read_labels(pieces.slots, jobs, pieces.spans.first_round(searches), gone)
+        pieces.spans.finish(searches)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         result = pieces.diagnostics.result
         return [
@@ -191,17 +186,36 @@ class CanvasBackend:
             for j, job in enumerate(jobs)
         ]
 
-    def _read_labels(
-        self, slots: SlotReads, jobs: Sequence[CanvasJob], blanks: BlankRound, alone: bool, gone: Gone
-    ) -> Readings:
-        """The first reads (and, `alone`, the re-reads read ahead) in one call with the blanks' first round, then
-        the re-read rounds, each taking the reads it finds fetched (`rereads`' docstring)."""
+    def _read_labels(self, slots: SlotReads, jobs: Sequence[CanvasJob], blanks: BlankRound, gone: Gone) -> Readings:
+        """The first reads and the re-reads read ahead in one call with the blanks' first round, then the re-read
+        rounds, each taking the reads it finds fetched (`rereads`' docstring)."""
         readings = Readings(jobs)
         first = self._rereads.first(jobs)
-        ahead = self._rereads.ahead(jobs) if alone else []
-        fetched, blank_results = slots.fetch(jobs, [*first, *ahead], gone, blanks.reads)
+        with self._count_lock:  # the room is shared by the batches being read, on their threads
+            ahead = self._rereads.ahead(jobs, self.settings.read_ahead_tokens - self._ahead_in_flight)
+            self._ahead_in_flight += RereadPolicy.tokens(jobs, ahead)
+        try:
+            fetched, blank_results = slots.fetch(jobs, [*first, *ahead], gone, blanks.reads)
+        finally:
+            with self._count_lock:
+                self._ahead_in_flight -= RereadPolicy.tokens(jobs, ahead)
         blanks.record(blank_results)
         slots.file(jobs, first, fetched, readings)
+        asked = self._reread(slots, jobs, fetched, readings, gone)
+        with self._count_lock:
+            self._counted["reads_ahead"] += len(ahead)
+            self._counted["reads_ahead_unused"] += len(set(ahead) - asked)
+        return readings
+
+    def _reread(
+        self,
+        slots: SlotReads,
+        jobs: Sequence[CanvasJob],
+        fetched: dict[WantedRead, list[SlotLogProbs]],
+        readings: Readings,
+        gone: Gone,
+    ) -> set[WantedRead]:
+        """The re-read rounds, reading only what is not `fetched` already; the reads they asked for."""
         asked: set[WantedRead] = set()
         for read in self._rereads.rounds():
             uncertain = self._rereads.uncertain(jobs, readings, gone)
@@ -213,10 +227,7 @@ class CanvasBackend:
             asked.update(wanted)
             with self._count_lock:  # batches run on several threads at once
                 self._counted["rereads"] += len(uncertain)
-        with self._count_lock:
-            self._counted["reads_ahead"] += len(ahead)
-            self._counted["reads_ahead_unused"] += len(set(ahead) - asked)
-        return readings
+        return asked
 
     def _loaded(self) -> _Pieces:
         assert self._pieces is not None, "load() first"

@@ -8,14 +8,13 @@ read again with fresh noise, a round at a time, until none is or the reads
 reach `max_reads`. A round re-reads a canvas once for all its uncertain
 questions, and files the new readings of those questions only.
 
-A batch read while no other is may read its re-reads ahead, in its first
-reader call (`ahead`): a pass's cost is mostly the weights it streams, so a
-few more canvas rows beside the first reads cost a fraction of the passes a
-round would take, and with one caller waiting there is no one else's pass to
-share. The rounds then take those readings instead of reading again, so the
-answers are the ones the rounds alone give (each read's noise is seeded by its
-read number, not by when it is read); a read ahead that no round asks for is
-left unfiled.
+A batch may read its re-reads ahead, in its first reader call (`ahead`), as
+far as the room it is given: a pass's cost is mostly the weights it streams,
+so a few more canvas rows beside the first reads cost a fraction of the
+passes the rounds would take. The rounds then take those readings instead of
+reading again, so the answers are the ones the rounds alone give (each read's
+noise is seeded by its read number, not by when it is read); a read ahead
+that no round asks for is left unfiled.
 """
 
 from __future__ import annotations
@@ -36,12 +35,10 @@ Asked = set[tuple[int, int]]
 
 @dataclass(frozen=True)
 class RereadPolicy:
-    """Re-read while a question's normalised label entropy is above `entropy` (1 = uniform), at most `max_reads`;
-    read ahead at most `ahead_tokens` canvas tokens of re-reads (0: none)."""
+    """Re-read while a question's normalised label entropy is above `entropy` (1 = uniform), at most `max_reads`."""
 
     entropy: float
     max_reads: int
-    ahead_tokens: int = 0
 
     @staticmethod
     def first(jobs: Sequence[CanvasJob]) -> list[WantedRead]:
@@ -54,9 +51,9 @@ class RereadPolicy:
             if not job.is_blank(canvas)
         ]
 
-    def ahead(self, jobs: Sequence[CanvasJob]) -> list[WantedRead]:
-        """The re-reads worth reading with the first reads (the module docstring): each "auto" label canvas's
-        later reads, in the order the rounds would ask for them, while their canvas tokens fit `ahead_tokens`."""
+    def ahead(self, jobs: Sequence[CanvasJob], room: int) -> list[WantedRead]:
+        """The re-reads to read with the first reads (the module docstring): each "auto" label canvas's later
+        reads, in the order the rounds would ask for them, while their canvas tokens fit in `room`."""
         later = [
             (WantedRead(j, c, read), len(canvas.ids))
             for read in self.rounds()
@@ -66,7 +63,7 @@ class RereadPolicy:
             if not job.is_blank(canvas)
         ]
         totals = accumulate(tokens for _, tokens in later)
-        return [wanted for (wanted, _), total in zip(later, totals, strict=True) if total <= self.ahead_tokens]
+        return [wanted for (wanted, _), total in zip(later, totals, strict=True) if total <= room]
 
     def rounds(self) -> Iterator[int]:
         """The read numbers re-read rounds may use: 1 up to `max_reads - 1`."""
@@ -85,6 +82,11 @@ class RereadPolicy:
                 for s in kind.judged_slots
             )
         }
+
+    @staticmethod
+    def tokens(jobs: Sequence[CanvasJob], reads: Sequence[WantedRead]) -> int:
+        """The canvas tokens of `reads`: the room they take."""
+        return sum(len(jobs[w.job].plan.canvases[w.canvas].ids) for w in reads)
 
     @staticmethod
     def again(jobs: Sequence[CanvasJob], uncertain: Asked, read: int) -> list[WantedRead]:

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from helpers import canvas_backend, loaded_runtime, serve_app
 from typer.testing import CliRunner
+from vllm_protocol import raw_read
 from vllm_proxy import STATE, check_fields, close, mixed, noul, proxy_for, read_requests, wide_choice
 from vllm_standin import Standin, load_standin, running
 
@@ -89,20 +90,7 @@ def test_a_read_needing_more_than_128_label_ids_is_split_over_requests(
 def test_the_standin_refuses_what_vllm_refuses(
     wide_standin: tuple[str, Standin], change: dict[str, Any], message: str
 ) -> None:
-    body: dict[str, Any] = {
-        "model": "dgemma",
-        "prompt": [2, 105, 2364],
-        "max_tokens": 16,
-        "logprobs": 2,
-        "logprob_token_ids": [4443, 1294],
-        "return_tokens_as_token_ids": True,
-        "vllm_xargs": {
-            "diffusion_seed_canvas": [0] * 16,
-            "diffusion_canvas_length": 16,
-            "diffusion_max_steps": 1,
-            "diffusion_read_only": True,
-        },
-    }
+    body = raw_read(logprobs=2, logprob_token_ids=[4443, 1294])
     assert httpx.post(wide_standin[0] + "/v1/completions", json=body, timeout=30).status_code == 200
     broken = {**body, **change, "vllm_xargs": {**body["vllm_xargs"], **change.get("vllm_xargs", {})}}
     refused = httpx.post(wide_standin[0] + "/v1/completions", json=broken, timeout=30)

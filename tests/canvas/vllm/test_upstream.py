@@ -11,7 +11,7 @@ import httpx
 import pytest
 from helpers import canvas_backend, serve_app, upstream_pool
 from typer.main import get_command
-from vllm_protocol import LOGPROB_FLOOR
+from vllm_protocol import LOGPROB_FLOOR, raw_read
 from vllm_standin import load_standin, running
 
 from canvasread.canvas.backend import ReadSettings
@@ -30,25 +30,6 @@ QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "charges", "technical": None}},
 }
 KEY = "vllm-key-6f1c"
-
-
-def raw_read(**change: Any) -> dict[str, Any]:
-    """A minimal read-only completion, as a client that leaves sampling to vLLM's defaults would send it."""
-    body: dict[str, Any] = {
-        "model": "dgemma",
-        "prompt": [2, 105, 2364],
-        "max_tokens": 16,
-        "logprobs": 3,
-        "logprob_token_ids": [4443, 1294, 236743],
-        "return_tokens_as_token_ids": True,
-        "vllm_xargs": {
-            "diffusion_seed_canvas": [0] * 16,
-            "diffusion_canvas_length": 16,
-            "diffusion_max_steps": 1,
-            "diffusion_read_only": True,
-        },
-    }
-    return {**body, **change}
 
 
 def proxy_for(urls: tuple[str, ...], tiny_wide_checkpoint: Path, **settings: Any) -> Decider:

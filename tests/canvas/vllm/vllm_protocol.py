@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,3 +108,22 @@ def generation_defaults(folder: Path) -> dict[str, float]:
     path = folder / "generation_config.json"
     config = json.loads(path.read_text()) if path.exists() else {}
     return {name: config[name] for name in SAMPLING_DEFAULTS if config.get(name) is not None}
+
+
+def raw_read(**change: Any) -> dict[str, Any]:
+    """A minimal read-only completion, as a client that leaves sampling to vLLM's defaults would send it."""
+    body: dict[str, Any] = {
+        "model": "dgemma",
+        "prompt": [2, 105, 2364],
+        "max_tokens": 16,
+        "logprobs": 3,
+        "logprob_token_ids": [4443, 1294, 236743],
+        "return_tokens_as_token_ids": True,
+        "vllm_xargs": {
+            "diffusion_seed_canvas": [0] * 16,
+            "diffusion_canvas_length": 16,
+            "diffusion_max_steps": 1,
+            "diffusion_read_only": True,
+        },
+    }
+    return {**body, **change}

@@ -193,12 +193,13 @@ class CanvasBackend:
         first = self._rereads.first(jobs)
         with self._count_lock:  # the room is shared by the batches being read, on their threads
             ahead = self._rereads.ahead(jobs, self.settings.read_ahead_tokens - self._ahead_in_flight)
-            self._ahead_in_flight += RereadPolicy.tokens(jobs, ahead)
+            held = RereadPolicy.tokens(jobs, ahead)
+            self._ahead_in_flight += held
         try:
             fetched, blank_results = slots.fetch(jobs, [*first, *ahead], gone, blanks.reads)
         finally:
             with self._count_lock:
-                self._ahead_in_flight -= RereadPolicy.tokens(jobs, ahead)
+                self._ahead_in_flight -= held
         blanks.record(blank_results)
         slots.file(jobs, first, fetched, readings)
         asked = self._reread(slots, jobs, fetched, readings, gone)

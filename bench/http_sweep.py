@@ -176,7 +176,16 @@ def first_minute_worst(levels: list[Level]) -> float | None:
     return worst
 
 
-ENGINE_WORK = ("passes", "flat_passes", "pass_tokens", "pass_rows", "pass_seconds", "reads", "thoughts")
+ENGINE_WORK = (
+    "passes",
+    "flat_passes",
+    "pass_tokens",
+    "pass_rows",
+    "pass_seconds",
+    "draw_seconds",
+    "reads",
+    "thoughts",
+)
 
 
 def engine_work(url: str) -> dict[str, float]:
@@ -196,18 +205,21 @@ def engine_work(url: str) -> dict[str, float]:
 
 def engine_share(before: dict[str, float], after: dict[str, float], elapsed_s: float) -> dict[str, float | None]:
     """What the engine did during one level: passes a second, tokens and rows a pass, the share of the level's
-    time it spent in passes (near 1: the engine is the bottleneck; well under it: something before it is), and
-    the share of its passes that were flat (on a GPU: one graph replay each)."""
+    time it spent in passes and the draws after them (near 1: the engine is the bottleneck; well under it:
+    something before it is), the draws' time a pass (a thought's GPU time shows there: its logits reach the host
+    only in its draw), and the share of its passes that were flat (on a GPU: one graph replay each)."""
     if not before or not after:
         return {}
     delta = {key: after[key] - before[key] for key in ENGINE_WORK}
     passes = delta["passes"] or None
+    busy_s = delta["pass_seconds"] + delta["draw_seconds"]
     return {
         "engine_passes_per_s": round(delta["passes"] / elapsed_s, 2) if elapsed_s else None,
         "engine_tokens_per_pass": round(delta["pass_tokens"] / passes, 1) if passes else None,
         "engine_rows_per_pass": round(delta["pass_rows"] / passes, 1) if passes else None,
-        "engine_busy_share": round(delta["pass_seconds"] / elapsed_s, 3) if elapsed_s else None,
+        "engine_busy_share": round(busy_s / elapsed_s, 3) if elapsed_s else None,
         "engine_ms_per_pass": round(1000 * delta["pass_seconds"] / passes, 1) if passes else None,
+        "engine_draw_ms_per_pass": round(1000 * delta["draw_seconds"] / passes, 1) if passes else None,
         "engine_flat_share": round(delta["flat_passes"] / passes, 3) if passes else None,
     }
 

@@ -150,6 +150,7 @@ def test_the_reads_of_a_caller_who_left_stop_between_passes(tiny_decider: Decide
     whole = InProcessReader(FusedRunner(model))
     expected = whole.read(reads)
     assert (whole.counters()["passes"], whole.counters()["denoising_steps"]) == (4, 6)
+    assert whole.counters()["draw_seconds"] > 0, "the steps' draws after their passes are counted apart"
     reader = InProcessReader(FusedRunner(model))
 
     def gone(index: int) -> bool:

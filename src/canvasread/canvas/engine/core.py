@@ -61,7 +61,11 @@ class PassCounters:
     pass_tokens: int = 0
     pass_rows: int = 0
     denoising_steps: int = 0
-    pass_seconds: float = 0.0  # the runner's wall time, results on the host included: busy time, over elapsed
+    # The runner's wall time. A read's label results reach the host inside it; a thought's or a step's logits stay
+    # on the device until its draw, so that GPU time falls in `draw_seconds`: the host work after the runner
+    # (answers, draws and their syncs). Busy time is the two together.
+    pass_seconds: float = 0.0
+    draw_seconds: float = 0.0
 
 
 class EngineCore:
@@ -162,7 +166,8 @@ class EngineCore:
         rows = [unit.row for unit in units]
         started = time.monotonic()
         outputs = self.runner.run(rows, self.table.store)
-        ran = time.monotonic() - started
+        ended = time.monotonic()
+        ran = ended - started
         if reads:
             self._reads_until = time.monotonic() + ran
         self._count(rows, ran)
@@ -178,6 +183,7 @@ class EngineCore:
         if contended:  # the pass's time by its tokens, and the draws after it, to background work
             share = sum(len(unit.row.ids) for unit, _ in background) / sum(len(row.ids) for row in rows)
             self.share.spent(reads=ran * (1 - share), background=ran * share + time.monotonic() - drawing)
+        self.stats.draw_seconds += time.monotonic() - ended
 
     def _count(self, rows: list[Row], seconds: float) -> None:
         self.stats.pass_seconds += seconds

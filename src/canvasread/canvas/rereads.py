@@ -55,15 +55,15 @@ class RereadPolicy:
         """The re-reads to read with the first reads (the module docstring): each "auto" label canvas's later
         reads, in the order the rounds would ask for them, while their canvas tokens fit in `room`."""
         later = [
-            (WantedRead(j, c, read), len(canvas.ids))
+            WantedRead(j, c, read)
             for read in self.rounds()
             for j, job in enumerate(jobs)
             if job.request.options.samples == "auto"
             for c, canvas in enumerate(job.plan.canvases)
             if not job.is_blank(canvas)
         ]
-        totals = accumulate(tokens for _, tokens in later)
-        return [wanted for (wanted, _), total in zip(later, totals, strict=True) if total <= room]
+        totals = accumulate(_width(jobs, wanted) for wanted in later)
+        return [wanted for wanted, total in zip(later, totals, strict=True) if total <= room]
 
     def rounds(self) -> Iterator[int]:
         """The read numbers re-read rounds may use: 1 up to `max_reads - 1`."""
@@ -86,7 +86,7 @@ class RereadPolicy:
     @staticmethod
     def tokens(jobs: Sequence[CanvasJob], reads: Sequence[WantedRead]) -> int:
         """The canvas tokens of `reads`: the room they take."""
-        return sum(len(jobs[w.job].plan.canvases[w.canvas].ids) for w in reads)
+        return sum(_width(jobs, wanted) for wanted in reads)
 
     @staticmethod
     def again(jobs: Sequence[CanvasJob], uncertain: Asked, read: int) -> list[WantedRead]:
@@ -94,3 +94,8 @@ class RereadPolicy:
         return [
             WantedRead(j, c, read) for j, c in sorted({(j, jobs[j].plan.questions[q].canvas) for j, q in uncertain})
         ]
+
+
+def _width(jobs: Sequence[CanvasJob], wanted: WantedRead) -> int:
+    """The canvas tokens one read takes."""
+    return len(jobs[wanted.job].plan.canvases[wanted.canvas].ids)

@@ -169,7 +169,7 @@ class EngineCore:
         ended = time.monotonic()
         ran = ended - started
         if reads:
-            self._reads_until = time.monotonic() + ran
+            self._reads_until = ended + ran
         self._count(rows, ran)
         read_units = {id(sized.unit) for queue in reads for sized in queue}
         outputs_by_unit = list(zip(units, outputs, strict=True))

@@ -30,6 +30,7 @@ def jobs(tokenizer: HFTokenizer, *bodies: dict[str, Any]) -> list[CanvasJob]:
 def test_the_first_reads_are_each_label_canvas_samples_times_and_never_a_blank(tokenizer: HFTokenizer) -> None:
     batch = jobs(tokenizer, {"questions": {"a": NOUL, "b": ALONE, "c": SPAN}, "samples": 2}, {"questions": {"a": NOUL}})
     assert [batch[0].is_blank(canvas) for canvas in batch[0].plan.canvases] == [False, False, True]
+    assert batch[0].label_canvases == [0, 1]
     expected = [WantedRead(0, c, r) for r in range(2) for c in (0, 1)] + [WantedRead(1, 0, 0)]
     assert POLICY.first(batch) == expected
     assert list(POLICY.rounds()) == [1, 2]

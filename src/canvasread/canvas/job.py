@@ -41,6 +41,11 @@ class CanvasJob:
         prompt = self.plan.prompt(canvas)
         return prompt if self.thought is None else replace(prompt, ids=with_thought(prompt.ids, self.thought))
 
+    @property
+    def label_canvases(self) -> list[int]:
+        """The canvases read as label slots, by index: every one but the span questions' blanks."""
+        return [c for c, canvas in enumerate(self.plan.canvases) if not self.is_blank(canvas)]
+
     def is_blank(self, canvas: PlannedCanvas) -> bool:
         """A span question's canvas: read by the span search, not as label slots."""
         return kind_of(self.plan.questions[canvas.questions[0]].question.kind).blank is not None

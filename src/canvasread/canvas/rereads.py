@@ -47,8 +47,7 @@ class RereadPolicy:
             WantedRead(j, c, r)
             for j, job in enumerate(jobs)
             for r in range(job.first_reads)
-            for c, canvas in enumerate(job.plan.canvases)
-            if not job.is_blank(canvas)
+            for c in job.label_canvases
         ]
 
     def ahead(self, jobs: Sequence[CanvasJob], room: int) -> list[WantedRead]:
@@ -59,8 +58,7 @@ class RereadPolicy:
             for read in self.rounds()
             for j, job in enumerate(jobs)
             if job.request.options.samples == "auto"
-            for c, canvas in enumerate(job.plan.canvases)
-            if not job.is_blank(canvas)
+            for c in job.label_canvases
         ]
         totals = accumulate(_width(jobs, wanted) for wanted in later)
         return [wanted for wanted, total in zip(later, totals, strict=True) if total <= room]

@@ -135,10 +135,7 @@ class BlankRound:
     def __init__(self, searches: Sequence[SpanSearch], vocab_size: int) -> None:
         planned = [(search, search.reads(vocab_size)) for search in searches if not search.done]
         self._planned = [(search, reads) for search, reads in planned if reads]
-
-    @property
-    def reads(self) -> list[CanvasRead]:
-        return [read for _, reads in self._planned for read in reads]
+        self.reads: list[CanvasRead] = [read for _, reads in self._planned for read in reads]
 
     def record(self, results: Sequence[Sequence[SlotLogProbs]]) -> None:
         """File each search's share of `results` (in the order of `reads`)."""
@@ -188,11 +185,11 @@ class SpanSearcher:
 
     def first_round(self, found: Sequence[dict[int, SpanSearch]]) -> BlankRound:
         """The first round of the searches `begin` found, to be read beside the label slots' first reads."""
-        return BlankRound([search for searches in found for search in searches.values()], self._vocab_size)
+        return BlankRound(_every(found), self._vocab_size)
 
     def finish(self, found: Sequence[dict[int, SpanSearch]]) -> None:
         """Every search's remaining rounds, to the end."""
-        search_all([search for searches in found for search in searches.values()], self._reader, self._vocab_size)
+        search_all(_every(found), self._reader, self._vocab_size)
 
     def start(self, job: CanvasJob, planned: PlannedQuestion) -> SpanSearch | None:
         """The question's search before its first round (None: it is not read at a blank)."""
@@ -211,3 +208,8 @@ class SpanSearcher:
         if limit is not None and len(state.distinct_ids) + 2 > limit:
             return 1
         return min(max(job.request.options.steps, SPAN_STEPS), self._max_steps)
+
+
+def _every(found: Sequence[dict[int, SpanSearch]]) -> list[SpanSearch]:
+    """The searches `SpanSearcher.begin` found, every job's, in one list."""
+    return [search for searches in found for search in searches.values()]

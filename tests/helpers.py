@@ -312,15 +312,27 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *expected: s
 
 
 class RecordingReader:
-    """Reads through another reader and keeps every `CanvasRead` it was given."""
+    """Reads through another reader and keeps every call's `CanvasRead`s, in the order the calls came."""
 
     def __init__(self, inner: Reader) -> None:
         self.inner = inner
-        self.reads: list[CanvasRead] = []
+        self.calls: list[list[CanvasRead]] = []
+        self._lock = threading.Lock()  # batches call from threads of their own
+
+    @property
+    def reads(self) -> list[CanvasRead]:
+        """Every read of every call, in order."""
+        return [read for call in self.calls for read in call]
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        self.reads.extend(reads)
+        self.recorded(reads)
         return self.inner.read(reads)
+
+    def recorded(self, reads: Sequence[CanvasRead]) -> int:
+        """Keep this call's reads; its number, counting from 1."""
+        with self._lock:
+            self.calls.append(list(reads))
+            return len(self.calls)
 
 
 class FirstLabel:

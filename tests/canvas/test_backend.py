@@ -8,7 +8,7 @@ import math
 import threading
 from collections.abc import Sequence
 
-from helpers import FirstLabel, canvas_backend, loaded_runtime, scripted_backend
+from helpers import FirstLabel, RecordingReader, canvas_backend, loaded_runtime, scripted_backend
 
 from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.reader import CanvasRead, Reader, SlotLogProbs
@@ -20,18 +20,6 @@ QUESTIONS = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"
 BODY = {"model": "m", "state": "charged twice", "questions": QUESTIONS, "seed": 2, "samples": "auto"}
 
 
-class Counting:
-    """A reader that passes reads to another and keeps how many each call held."""
-
-    def __init__(self, reader: Reader) -> None:
-        self._reader = reader
-        self.calls: list[int] = []
-
-    def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        self.calls.append(len(reads))
-        return self._reader.read(reads)
-
-
 class Unsure:
     """Every label equally likely: an "auto" question always reads again."""
 
@@ -40,24 +28,20 @@ class Unsure:
         return [[SlotLogProbs(logprobs) for logprobs in slots] for slots in even]
 
 
-class Gated(Counting):
-    """A counting reader (calls in the order they came) whose first call waits until a second comes, so both are in
-    flight at once."""
+class Gated(RecordingReader):
+    """A recording reader whose first call waits until a second comes, so both are in flight at once."""
 
     def __init__(self, reader: Reader) -> None:
         super().__init__(reader)
-        self._lock = threading.Lock()
         self._second = threading.Event()
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        with self._lock:
-            self.calls.append(len(reads))
-            call = len(self.calls)
+        call = self.recorded(reads)
         if call == 1:
             assert self._second.wait(30), "no second call came while the first was in flight"
         elif call == 2:
             self._second.set()
-        return self._reader.read(reads)
+        return self.inner.read(reads)
 
 
 def test_re_reads_stop_for_a_job_whose_caller_has_left(tiny_decider: Decider) -> None:
@@ -75,12 +59,12 @@ def test_a_batch_reads_ahead_and_answers_as_the_rounds_alone_do(tiny_decider: De
     sizes = {"canvas_length": runtime.canvas_length, "max_positions": runtime.max_positions}
     answers, calls = [], []
     for ahead in (0, 4096):
-        reader = Counting(runtime.reader)
+        reader = RecordingReader(runtime.reader)
         backend = scripted_backend(reader, runtime.tokenizer, settings=ReadSettings(read_ahead_tokens=ahead), **sizes)
         [result] = backend.decide([backend.prepare(parse_request(BODY)[1])])
         assert result is not None
         answers.append(result.distributions)
-        calls.append(reader.calls)
+        calls.append([len(call) for call in reader.calls])
     rounds, ahead = calls
     assert len(rounds) == 4 and len(ahead) == 1, "the random tiny model stays unsure: three rounds, or none"
     assert ahead[0] == sum(rounds), "the one call held every read the rounds made"
@@ -112,11 +96,12 @@ def test_the_batches_being_read_share_one_room_for_reads_ahead(tokenizer: HFToke
     [beside] = backend.decide([backend.prepare(parse_request(BODY)[1])])
     first.join(30)
     assert beside is not None and all(d.reads == 4 for d in beside.distributions)
-    [first_call, canvases] = reader.calls[:2]
+    sizes = [len(call) for call in reader.calls]
+    [first_call, canvases] = sizes[:2]
     assert first_call == 4 * canvases, "the first batch took the room: its three re-reads ahead"
-    assert sorted(reader.calls[2:]) == [canvases] * 3, "the batch beside it found none left: its rounds one by one"
+    assert sorted(sizes[2:]) == [canvases] * 3, "the batch beside it found none left: its rounds one by one"
     backend.decide([backend.prepare(parse_request(BODY)[1])])
-    assert reader.calls[-1] == 4 * canvases, "the room is given back when a batch's first call ends"
+    assert len(reader.calls[-1]) == 4 * canvases, "the room is given back when a batch's first call ends"
 
 
 def test_a_blanks_first_round_is_read_in_the_label_reads_first_call(tokenizer: HFTokenizer) -> None:

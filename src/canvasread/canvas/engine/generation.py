@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.sampling import Schedule, draw, noise_canvas
+from canvasread.canvas.engine.sampling import Scaled, Schedule, draw, noise_canvas, soft_embeddings
 from canvasread.canvas.thinker import Thought, ThoughtRequest, thought_prefix
 
 
@@ -63,18 +63,22 @@ class Generation:
     def canvas_ids(self) -> list[int]:
         return [int(token) for token in self.canvas.tolist()]
 
+    @property
+    def temperature(self) -> float:
+        """The temperature of the step after the next pass."""
+        return self.schedule.temperature(self._remaining, self.schedule.steps)
+
     @torch.inference_mode()
-    def advance(self, logits: torch.Tensor, embed: Any) -> None:
-        """Take the denoising step after a pass whose canvas logits (fp32, soft-capped) are `logits`."""
-        schedule = self.schedule
-        step = draw(
-            logits, schedule.temperature(self._remaining, schedule.steps), schedule.entropy_bound, self.generator, embed
-        )
+    def advance(self, scaled: Scaled, embed: Any) -> None:
+        """Take the denoising step after a pass whose canvas logits, at `temperature`, are `scaled`; the next
+        pass's self-conditioning only where the block goes on (a new block starts without)."""
+        step = draw(scaled, self.schedule.entropy_bound, self.generator)
         self._remaining -= 1
         stopped = self.stops(step.argmax, step.entropy)
-        self.canvas, self.signal = step.canvas, step.signal
         if stopped or self._remaining == 0:
             self._end_block([int(token) for token in step.argmax.tolist()])
+        else:
+            self.canvas, self.signal = step.canvas, soft_embeddings(step.mixture, embed)
 
     def stops(self, argmax: torch.Tensor, entropy: torch.Tensor) -> bool:
         """generate's adaptive stop: the argmax canvas equals the last `stability` ones, and its mean entropy is

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from canvasread.canvas.engine.sampling import Scaled, scale, softcapped
+
 # fp32 logits one chunk of slots may hold: 64 MB, 64 slots of the real vocabulary.
 CHUNK_ELEMENTS = 1 << 24
 
@@ -21,10 +23,14 @@ CHUNK_ELEMENTS = 1 << 24
 class SlotHead:
     """The final norm, LM head and soft-cap of a loaded `DiffusionGemmaForBlockDiffusion`."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, compile: str | None = None) -> None:
+        """`compile`: a `torch.compile` backend for a denoising step's arithmetic (`scaled`)."""
         self.norm = model.model.encoder.language_model.norm
         self.lm_head = model.lm_head
         self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
+        self.compiled = bool(compile)
+        # Rows vary with the canvas; sizes are marked dynamic at warm-up, so one build serves every canvas.
+        self._scale = torch.compile(scale, backend=compile) if compile else scale
 
     @property
     def vocab(self) -> int:
@@ -32,10 +38,15 @@ class SlotHead:
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         """The LM head over final (normed) hidden states, in fp32 and soft-capped, as the model's forward."""
-        logits: torch.Tensor = self.lm_head(normed).float()
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits
+        return softcapped(self.lm_head(normed), self.softcap)
+
+    def scaled(self, normed: torch.Tensor, temperature: float) -> Scaled:
+        """A denoising step's view of a canvas's logits (its normed final hidden states) at `temperature`. The
+        temperature goes in as a tensor written on the device, so a compiled step neither specializes on it nor
+        waits for a copy."""
+        weight = self.lm_head.weight
+        degrees = torch.full((), temperature, dtype=torch.float32, device=normed.device)
+        return Scaled(*self._scale(normed, weight, degrees, self.softcap))
 
     def label_logprobs(self, hidden: torch.Tensor, label_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per slot (a row of `hidden`, before the norm): the log-probabilities of its label ids, on the CPU."""

@@ -14,7 +14,7 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -25,6 +25,7 @@ from canvasread.canvas.engine.layers import Buffers, LayerStack
 from canvasread.canvas.engine.layout import FlatAttention, PassLayout, flat_masks, lay_out, padding_flat
 from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
+from canvasread.canvas.engine.sampling import Scaled
 from canvasread.canvas.engine.settings import Buckets
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 MISS_REASONS = ("not_captured",)
 # Warm-up rows are at most this long, so a large bucket is warmed by several rows (no giant attention).
 WARM_ROW_TOKENS = 256
+# The canvas width a denoising step's arithmetic is first built at: its width is then dynamic (2 and up).
+WARM_CANVAS = 8
+T = TypeVar("T")
 
 
 class FusedRunner:
@@ -54,7 +58,7 @@ class FusedRunner:
         self.model = model
         self.image_processor = image_processor
         self.stack = LayerStack(model, compile=compile, fp8_experts=fp8_experts)
-        self.head = SlotHead(model)
+        self.head = SlotHead(model, compile=compile)
         self.buckets = buckets if buckets is not None else Buckets()
         self.buffers = self.stack.buffers(self.buckets.max_tokens)
         self.graphs = PieceGraphs() if cuda_graphs and self.stack.device.type == "cuda" else None
@@ -147,24 +151,34 @@ class FusedRunner:
         graphs: list[Graph] | None,
         number: int,
     ) -> None:
-        """Replay a captured piece, or run it; after warm-up a recompile is counted and the piece runs eagerly."""
+        """Replay a captured piece, or run it (guarded, where compiled)."""
         if graphs is not None:
             assert self.graphs is not None
             self.graphs.replay(graphs, number)
-            return
-        if not (self.ready and self.stack.compiled):
+        elif self.stack.compiled:
+            self._guarded(functools.partial(piece, index, views))
+        else:
             piece(index, views)
-            return
+
+    def scaled(self, normed: torch.Tensor, temperature: float) -> Scaled:
+        """A denoising step's arithmetic over a canvas (`SlotHead.scaled`), guarded where compiled."""
+        step = functools.partial(self.head.scaled, normed, temperature)
+        return self._guarded(step) if self.head.compiled else step()
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        """Run compiled code; after warm-up a recompile is counted and logged, and the call runs eagerly."""
+        if not self.ready:
+            return call()
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                piece(index, views)
+                return call()
         except RuntimeError as error:
             if "recompil" not in str(error).lower():
                 raise
             self.compiles += 1
             logger.error("a pass needed a compile after warm-up (a bug: it runs eagerly instead): %s", error)
             with torch.compiler.set_stance("force_eager"):
-                piece(index, views)
+                return call()
 
     @torch.inference_mode()
     def warm_up(self) -> None:
@@ -196,7 +210,16 @@ class FusedRunner:
             self.run(rows, scratch)
             if self.graphs is not None:
                 self.graphs.capture(self.stack, self.buffers.view(bucket), bucket)
+        if self.head.compiled:
+            self._warm_scaled()
         self.ready = True
+
+    def _warm_scaled(self) -> None:
+        """Build a denoising step's arithmetic once for canvases of every width (their size dynamic)."""
+        weight = self.head.lm_head.weight
+        normed = torch.zeros(WARM_CANVAS, weight.shape[1], dtype=weight.dtype, device=weight.device)
+        torch._dynamo.mark_dynamic(normed, 0)
+        self.head.scaled(normed, 1.0)
 
     @torch.inference_mode()
     def capture_flat(self, store: KVStore) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from canvasread.canvas.engine.sampling import Schedule, draw
+from canvasread.canvas.engine.sampling import Scaled, Schedule, draw, soft_embeddings
 from canvasread.canvas.reader import CanvasRead
 
 
@@ -47,13 +47,15 @@ class Denoising:
     def canvas_ids(self) -> list[int]:
         return [int(token) for token in self.canvas.tolist()]
 
-    @torch.inference_mode()
-    def advance(self, logits: torch.Tensor, schedule: Schedule, embed: Any) -> None:
-        """Take the denoising step after a pass whose canvas logits (fp32, softcapped) are `logits`."""
+    def temperature(self, schedule: Schedule) -> float:
+        """The temperature of the step after the next pass."""
         steps = self.read.steps
-        step = draw(
-            logits, schedule.temperature(steps - self.done, steps), schedule.entropy_bound, self.generator, embed
-        )
+        return schedule.temperature(steps - self.done, steps)
+
+    @torch.inference_mode()
+    def advance(self, scaled: Scaled, schedule: Schedule, embed: Any) -> None:
+        """Take the denoising step after a pass whose canvas logits, at `temperature`, are `scaled`."""
+        step = draw(scaled, schedule.entropy_bound, self.generator)
         self.canvas = torch.where(self._pinned, self._template, step.canvas)
-        self.signal = step.signal
+        self.signal = soft_embeddings(step.mixture, embed)
         self.done += 1

@@ -16,12 +16,11 @@ from typing import Any
 import torch
 
 from canvasread.canvas.engine.generation import Generation
-from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import StoredKV
 from canvasread.canvas.engine.prompts import PlacedPrompt, PromptTable
 from canvasread.canvas.engine.rows import Row, RowOutput
 from canvasread.canvas.engine.runner import FusedRunner
-from canvasread.canvas.engine.sampling import Schedule
+from canvasread.canvas.engine.sampling import Scaled, Schedule
 from canvasread.canvas.engine.scheduler import Sized
 from canvasread.canvas.engine.steps import Denoising
 from canvasread.canvas.reader import CanvasRead, SlotLogProbs
@@ -30,10 +29,11 @@ from canvasread.canvas.thinker import Thought
 
 @dataclass(frozen=True)
 class Kit:
-    """What tasks need of the model between passes: the head (logits of a denoised canvas), the embedding
-    (self-conditioning), the checkpoint's schedule, and a generated block's width and vocabulary (its noise)."""
+    """What tasks need of the model between passes: a denoising step's arithmetic over a canvas's normed hidden
+    states at a temperature (`FusedRunner.scaled`), the embedding (self-conditioning), the checkpoint's schedule,
+    and a generated block's width and vocabulary (its noise)."""
 
-    head: SlotHead
+    scaled: Callable[[torch.Tensor, float], Scaled]
     embed: Any
     schedule: Schedule
     canvas_length: int
@@ -45,7 +45,7 @@ class Kit:
         model = runner.model
         config = model.config
         return cls(
-            runner.head,
+            runner.scaled,
             runner.stack.embed,
             Schedule.of(model),
             int(config.canvas_length),
@@ -98,8 +98,9 @@ class ReadTask:
         if output.canvas_hidden is None:
             self.result = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
             return
-        assert self.state is not None
-        self.state.advance(self.kit.head.logits(output.canvas_hidden), self.kit.schedule, self.kit.embed)
+        state, kit = self.state, self.kit
+        assert state is not None
+        state.advance(kit.scaled(output.canvas_hidden, state.temperature(kit.schedule)), kit.schedule, kit.embed)
 
     def release(self, table: PromptTable) -> None:
         table.let_go(self.prompt)
@@ -147,7 +148,8 @@ class ThoughtTask:
 
     def _denoised(self, output: RowOutput) -> None:
         assert output.canvas_hidden is not None
-        self.generation.advance(self.kit.head.logits(output.canvas_hidden), self.kit.embed)
+        generation = self.generation
+        generation.advance(self.kit.scaled(output.canvas_hidden, generation.temperature), self.kit.embed)
 
     def release(self, table: PromptTable) -> None:
         table.let_go(self.prompt)

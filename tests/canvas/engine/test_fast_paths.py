@@ -143,3 +143,22 @@ def test_workload_bodies_differ_per_request_as_named(make: Any) -> None:
     assert first["state"] != second["state"]
     same_instructions = first["questions"] == second["questions"]
     assert same_instructions == (make is standard_body)
+
+
+def test_a_denoising_step_that_fails_to_compile_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
+    """A compiler that fails at warm-up must not stop the engine: the step stays eager, exact, with a warning."""
+    from canvasread.canvas.engine.heads import SlotHead
+
+    @torch._dynamo.register_backend(name="canvasread_test_broken")
+    def broken(graph: Any, inputs: Any) -> Any:
+        raise RuntimeError("this backend builds nothing")
+
+    model = bf16_tiny_model()
+    head = SlotHead(model, compile="canvasread_test_broken")
+    with torch.inference_mode():
+        head.warm_up()
+        normed = torch.randn(5, model.config.text_config.hidden_size, dtype=torch.bfloat16)
+        got, want = head.scaled(normed, 0.7), SlotHead(model).scaled(normed, 0.7)
+    assert not head.compiled
+    assert "did not compile" in caplog.text
+    assert torch.equal(got.probs, want.probs) and torch.equal(got.mixture, want.mixture)

@@ -4,11 +4,14 @@ A slot's answer needs its label ids' log-probabilities, whose normaliser is a
 log-sum-exp over the whole vocabulary (262k columns on the real model). The
 head runs over slots in chunks of at most `CHUNK_ELEMENTS` logits, so a pass
 of thousands of slots never holds a [slots, vocab] tensor, and only the
-label columns leave the device.
+label columns leave the device. A denoising step needs the whole
+distribution instead (`scaled`): on a GPU its arithmetic is compiled into a
+few fused passes over the head's output, built at warm-up.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +19,10 @@ import torch
 
 from canvasread.canvas.engine.sampling import Scaled, scale, softcapped
 
+logger = logging.getLogger(__name__)
+
+# The canvas width the compiled step is first built at; its width is then dynamic (2 and up).
+WARM_CANVAS = 8
 # fp32 logits one chunk of slots may hold: 64 MB, 64 slots of the real vocabulary.
 CHUNK_ELEMENTS = 1 << 24
 
@@ -29,7 +36,6 @@ class SlotHead:
         self.lm_head = model.lm_head
         self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
         self.compiled = bool(compile)
-        # Rows vary with the canvas; sizes are marked dynamic at warm-up, so one build serves every canvas.
         self._scale = torch.compile(scale, backend=compile) if compile else scale
 
     @property
@@ -45,8 +51,23 @@ class SlotHead:
         temperature goes in as a tensor written on the device, so a compiled step neither specializes on it nor
         waits for a copy."""
         weight = self.lm_head.weight
-        degrees = torch.full((), temperature, dtype=torch.float32, device=normed.device)
-        return Scaled(*self._scale(normed, weight, degrees, self.softcap))
+        on_device = torch.full((), temperature, dtype=torch.float32, device=normed.device)
+        return Scaled(*self._scale(normed, weight, on_device, self.softcap))
+
+    def warm_up(self) -> None:
+        """Build the compiled step once for canvases of every width (their size dynamic), before the first
+        request. A build that fails leaves the step eager, with a warning: eager is exact, only slower, as a
+        capture that fails leaves its bucket to the pieces."""
+        if not self.compiled:
+            return
+        weight = self.lm_head.weight
+        normed = torch.zeros(WARM_CANVAS, weight.shape[1], dtype=weight.dtype, device=weight.device)
+        torch._dynamo.mark_dynamic(normed, 0)
+        try:
+            self.scaled(normed, 1.0)
+        except Exception as error:  # any compiler failure: the eager step computes the same thing
+            logger.warning("the denoising step's arithmetic did not compile; it runs eagerly: %r", error)
+            self._scale, self.compiled = scale, False
 
     def label_logprobs(self, hidden: torch.Tensor, label_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per slot (a row of `hidden`, before the norm): the log-probabilities of its label ids, on the CPU."""

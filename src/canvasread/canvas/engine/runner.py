@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 MISS_REASONS = ("not_captured",)
 # Warm-up rows are at most this long, so a large bucket is warmed by several rows (no giant attention).
 WARM_ROW_TOKENS = 256
-# The canvas width a denoising step's arithmetic is first built at: its width is then dynamic (2 and up).
-WARM_CANVAS = 8
 T = TypeVar("T")
 
 
@@ -210,16 +208,8 @@ class FusedRunner:
             self.run(rows, scratch)
             if self.graphs is not None:
                 self.graphs.capture(self.stack, self.buffers.view(bucket), bucket)
-        if self.head.compiled:
-            self._warm_scaled()
+        self.head.warm_up()
         self.ready = True
-
-    def _warm_scaled(self) -> None:
-        """Build a denoising step's arithmetic once for canvases of every width (their size dynamic)."""
-        weight = self.head.lm_head.weight
-        normed = torch.zeros(WARM_CANVAS, weight.shape[1], dtype=weight.dtype, device=weight.device)
-        torch._dynamo.mark_dynamic(normed, 0)
-        self.head.scaled(normed, 1.0)
 
     @torch.inference_mode()
     def capture_flat(self, store: KVStore) -> None:

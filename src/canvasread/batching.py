@@ -8,7 +8,7 @@ backend that reads several batches at once (`allow`: the in-process engine
 merges their reads in one loop's passes) gets the next batch as soon as one of
 its slots is free, instead of after the batch before it, while the cost of
 every batch it holds stays within one batch's budget (`max_batch_tokens`,
-`max_batch_pixels`): closed-loop clients come back one by one and form small
+`max_batch_pixels`; `batch_budget.py`): closed-loop clients come back one by one and form small
 batches, and a slot count alone would make the last of them wait a pass
 behind the rest; a cost bound instead keeps what the backend holds, and so
 what admission cannot see, to one batch's worth.
@@ -35,6 +35,7 @@ from typing import Generic, TypeVar
 
 from canvasread.admission import MAX_RETRY_S, Backlog
 from canvasread.backends.base import MAX_BATCHES_AT_ONCE
+from canvasread.batch_budget import BatchBudget
 from canvasread.errors import BackendFailure, CanvasreadError, NotReady, Overloaded
 from canvasread.types import JobCost
 
@@ -69,6 +70,11 @@ class BatchSettings:
         if self.max_wait_s < 0 or self.linger_s < 0 or (self.max_queue_delay_s or 0) < 0:
             raise ValueError("max_wait_s, linger_s and max_queue_delay_s cannot be negative")
 
+    @property
+    def limit(self) -> JobCost:
+        """One batch's budget."""
+        return JobCost(self.max_batch_tokens, self.max_batch_pixels)
+
 
 # A 529's retry hint while the backlog's rate is not measured yet.
 UNMEASURED_RETRY_S = 1.0
@@ -102,31 +108,6 @@ class _Pending(Generic[JobT, ResultT]):
     def cost(self) -> float:
         """Its cost units for the backlog: its tokens where the backend prices jobs (at least one), else one."""
         return float(max(1, self.holds.tokens))
-
-
-class _Budget:
-    """What one batch has taken of its token and pixel budget, and what it holds with the running batches
-    (`running`, None when none runs) of `budgets` budgets: the first job of a batch always fits while no batch
-    runs."""
-
-    def __init__(self, settings: BatchSettings, running: JobCost | None, budgets: int) -> None:
-        self._settings = settings
-        self._budgets = budgets
-        self._batch = JobCost()
-        self._held = running if running is not None else JobCost()
-        self._taken = running is not None
-
-    def fits(self, cost: JobCost) -> bool:
-        """Take a job of `cost` into the batch if it fits (True), else leave the budget as it was (False)."""
-        batch, held = self._batch.plus(cost), self._held.plus(cost)
-        if self._taken and (self._over(batch, 1) or self._over(held, self._budgets)):
-            return False
-        self._batch, self._held, self._taken = batch, held, True
-        return True
-
-    def _over(self, cost: JobCost, budgets: int) -> bool:
-        settings = self._settings
-        return cost.tokens > settings.max_batch_tokens * budgets or cost.pixels > settings.max_batch_pixels * budgets
 
 
 class BatchQueue(Generic[JobT, ResultT]):
@@ -280,7 +261,7 @@ class BatchQueue(Generic[JobT, ResultT]):
         beside what the running batches hold (it is kept for the next batch)."""
         held, self._held = self._held, None
         first = held if held is not None else await queue.get()
-        budget = _Budget(self.settings, self._holding if self._running else None, self.budgets_at_once)
+        budget = BatchBudget(self.settings.limit, self._holding if self._running else None, self.budgets_at_once)
         if not budget.fits(first.holds):
             self._held = first
             return None

@@ -162,3 +162,25 @@ def test_a_denoising_step_that_fails_to_compile_runs_eagerly(caplog: pytest.LogC
     assert not head.compiled
     assert "did not compile" in caplog.text
     assert torch.equal(got.probs, want.probs) and torch.equal(got.mixture, want.mixture)
+
+
+def test_inductor_builds_the_denoising_step_once_for_every_canvas_width() -> None:
+    """The GPU's compiler (Inductor, here generating CPU code) may add guards of its own beyond Dynamo's: after
+    the head's warm-up, canvases of other widths must reuse its build, and give the eager step's numbers."""
+    from canvasread.canvas.engine.heads import SlotHead
+
+    model = bf16_tiny_model()
+    compiled, eager = SlotHead(model, compile="inductor"), SlotHead(model)
+    with torch.inference_mode():
+        compiled.warm_up()
+        assert compiled.compiled
+        generator = torch.Generator().manual_seed(4)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            for width in (2, 3, 17, 64, 300):
+                normed = torch.randn(width, model.config.text_config.hidden_size, generator=generator)
+                got = compiled.scaled(normed.to(torch.bfloat16), 0.55)
+                want = eager.scaled(normed.to(torch.bfloat16), 0.55)
+                torch.testing.assert_close(got.probs, want.probs, rtol=1e-4, atol=1e-6)
+                torch.testing.assert_close(got.entropy, want.entropy, rtol=1e-4, atol=1e-4)
+                assert torch.equal(got.argmax, want.argmax)
+                torch.testing.assert_close(got.mixture, want.mixture, rtol=2**-7, atol=1e-6)  # one bf16 step

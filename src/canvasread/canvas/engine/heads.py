@@ -36,7 +36,10 @@ class SlotHead:
         self.lm_head = model.lm_head
         self.softcap = float(model.config.text_config.final_logit_softcapping or 0.0)
         self.compiled = bool(compile)
-        self._scale = torch.compile(scale, backend=compile) if compile else scale
+        # generate self-conditions on the softmax of the logits rounded to the embedding's dtype; inside a fused
+        # kernel Inductor would skip that rounding unless told to keep it.
+        options = {"emulate_precision_casts": True} if compile == "inductor" else None
+        self._scale = torch.compile(scale, backend=compile, options=options) if compile else scale
 
     @property
     def vocab(self) -> int:

@@ -12,7 +12,7 @@ few fused passes over the head's output, built at warm-up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +38,9 @@ class SlotHead:
         self.compiled = bool(compile)
         # generate self-conditions on the softmax of the logits rounded to the embedding's dtype; inside a fused
         # kernel Inductor would skip that rounding unless told to keep it.
-        options = {"emulate_precision_casts": True} if compile == "inductor" else None
+        options: dict[str, str | int | bool | Callable[..., Any]] | None = None
+        if compile == "inductor":
+            options = {"emulate_precision_casts": True}
         self._scale = torch.compile(scale, backend=compile, options=options) if compile else scale
 
     @property

@@ -8,10 +8,10 @@ backend that reads several batches at once (`allow`: the in-process engine
 merges their reads in one loop's passes) gets the next batch as soon as one of
 its slots is free, instead of after the batch before it, while the cost of
 every batch it holds stays within one batch's budget (`max_batch_tokens`,
-`max_batch_pixels`; `batch_budget.py`): closed-loop clients come back one by one and form small
-batches, and a slot count alone would make the last of them wait a pass
-behind the rest; a cost bound instead keeps what the backend holds, and so
-what admission cannot see, to one batch's worth.
+`max_batch_pixels`; `batch_budget.py`): closed-loop clients come back one by
+one and form small batches, and a slot count alone would make the last of
+them wait a pass behind the rest; a cost bound instead keeps what the
+backend holds, and so what admission cannot see, to one batch's worth.
 Jobs whose caller has gone (deadline, disconnect: a cancelled future) are
 dropped before they run; one whose caller leaves while its batch runs still
 counts as pending until the batch ends, because the worker is still busy with

@@ -115,6 +115,8 @@ def test_canvas_replicas_answer_as_one_engine(tiny_checkpoint: Path, tiny_decide
     ]
     split = replicas.decide([replicas.prepare(r) for r in requests])
     alone = single.decide([single.prepare(r) for r in requests])
+    # fp32, to the issue's 1e-5: the shared decider may hold these prompts' prefixes from earlier tests, written
+    # by passes of other shapes (1.1e-6 apart once in a full run), while the replicas encode them afresh.
     for a, b in zip(split, alone, strict=True):
-        assert a.distributions[0].probabilities == pytest.approx(b.distributions[0].probabilities, abs=1e-6)
+        assert a.distributions[0].probabilities == pytest.approx(b.distributions[0].probabilities, abs=1e-5)
     assert replicas.batches_per_replica == [1, 1]

@@ -34,7 +34,7 @@ def generate_logits(normed: torch.Tensor, weight: torch.Tensor, temperature: flo
 @pytest.mark.parametrize("temperature", [0.4, 0.6333, 1.0])
 def test_the_distribution_is_generates_bit_for_bit(temperature: float) -> None:
     normed, weight = head(torch.float32)
-    probs, entropy, argmax, mixture = scale(normed, weight, torch.tensor(temperature), SOFTCAP)
+    probs, entropy, argmax, mixture = scale(normed, weight, None, torch.tensor(temperature), SOFTCAP)
     logits = generate_logits(normed, weight, temperature)
     assert torch.equal(probs, torch.softmax(logits, dim=-1, dtype=torch.float32))
     assert torch.equal(argmax, torch.argmax(logits, dim=-1))
@@ -45,7 +45,7 @@ def test_the_distribution_is_generates_bit_for_bit(temperature: float) -> None:
 
 def test_a_bf16_model_self_conditions_on_the_softmax_in_bf16() -> None:
     normed, weight = head(torch.bfloat16, seed=1)
-    probs, _, _, mixture = scale(normed, weight, torch.tensor(0.5), SOFTCAP)
+    probs, _, _, mixture = scale(normed, weight, None, torch.tensor(0.5), SOFTCAP)
     logits = generate_logits(normed, weight, 0.5)
     assert probs.dtype == torch.float32 and mixture.dtype == torch.bfloat16
     expected = torch.softmax(logits.to(torch.bfloat16), dim=-1, dtype=torch.float32).to(torch.bfloat16)
@@ -57,7 +57,7 @@ def test_entropies_tell_confident_positions_from_unsure_ones() -> None:
     normed, weight = head(torch.float32, seed=2)
     normed[0] = weight[7]  # a hidden state that points at id 7 (its logit about 128, the next about 80)
     normed[1] = 0.0
-    _, entropy, argmax, _ = scale(normed, weight, torch.tensor(1.0), 0.0)
+    _, entropy, argmax, _ = scale(normed, weight, None, torch.tensor(1.0), 0.0)
     assert int(argmax[0]) == 7 and float(entropy[0]) < 0.05
     assert float(entropy[1]) == pytest.approx(torch.log(torch.tensor(4096.0)).item(), rel=1e-5)
 

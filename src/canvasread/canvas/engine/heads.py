@@ -55,9 +55,9 @@ class SlotHead:
         """A denoising step's view of a canvas's logits (its normed final hidden states) at `temperature`. The
         temperature goes in as a tensor written on the device, so a compiled step neither specializes on it nor
         waits for a copy."""
-        weight = self.lm_head.weight
+        head = self.lm_head
         on_device = torch.full((), temperature, dtype=torch.float32, device=normed.device)
-        return Scaled(*self._scale(normed, weight, on_device, self.softcap))
+        return Scaled(*self._scale(normed, head.weight, head.bias, on_device, self.softcap))
 
     def warm_up(self) -> None:
         """Build the compiled step once for canvases of every width (their size dynamic), before the first

@@ -174,7 +174,7 @@ class FusedRunner:
             if "recompil" not in str(error).lower():
                 raise
             self.compiles += 1
-            logger.error("a pass needed a compile after warm-up (a bug: it runs eagerly instead): %s", error)
+            logger.error("compiled code needed a compile after warm-up (a bug: it runs eagerly instead): %s", error)
             with torch.compiler.set_stance("force_eager"):
                 return call()
 

@@ -77,13 +77,13 @@ def softcapped(logits: torch.Tensor, softcap: float) -> torch.Tensor:
 
 
 def scale(
-    normed: torch.Tensor, weight: torch.Tensor, temperature: torch.Tensor, softcap: float
+    normed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: torch.Tensor, softcap: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`Scaled`'s tensors from a canvas's normed final hidden states ([canvas, hidden]), the LM head's weight and
-    a 0-d temperature: every full-vocabulary tensor of the step's arithmetic, written so a compiler can fuse
-    them into a few passes over the logits (eagerly they are ATen's softmax and log-softmax, the very
+    bias, and a 0-d temperature: every full-vocabulary tensor of the step's arithmetic, written so a compiler can
+    fuse them into a few passes over the logits (eagerly they are ATen's softmax and log-softmax, the very
     distribution `generate` samples)."""
-    scaled = softcapped(torch.nn.functional.linear(normed, weight), softcap) / temperature
+    scaled = softcapped(torch.nn.functional.linear(normed, weight, bias), softcap) / temperature
     probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)
     entropy = -(probs * torch.log_softmax(scaled, dim=-1)).sum(dim=-1)
     if weight.dtype == torch.float32:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from gpu_engine_checks import CHECK_BUCKETS, thought_requests
 
-from canvasread.canvas.engine import core, generation, runner
+from canvasread.canvas.engine import core, generation, heads, runner
 from canvasread.canvas.engine.loader import load_checkpoint
 from canvasread.canvas.engine.reader import EngineThinker, InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
@@ -53,7 +53,7 @@ def timed(owner: Any, name: str, label: str) -> None:
 def instrument() -> None:
     timed(runner.FusedRunner, "run", "runner.run")
     timed(runner, "lay_out", "layout.lay_out")
-    timed(runner.FusedRunner, "scaled", "runner.scaled")
+    timed(heads.SlotHead, "scaled", "head.scaled")
     timed(generation.Generation, "advance", "generation.advance")
     timed(generation, "draw", "sampling.draw")
     timed(generation.Generation, "stops", "generation.stops")

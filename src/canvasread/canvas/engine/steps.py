@@ -25,10 +25,12 @@ from canvasread.canvas.reader import CanvasRead
 
 
 class Denoising:
-    """One multi-step read in flight: its current canvas, self-conditioning and random generator."""
+    """One multi-step read in flight: its current canvas, self-conditioning and random generator, stepped on the
+    checkpoint's `schedule` driven with the read's own `steps`."""
 
-    def __init__(self, read: CanvasRead, device: torch.device) -> None:
+    def __init__(self, read: CanvasRead, schedule: Schedule, device: torch.device) -> None:
         self.read = read
+        self.schedule = schedule
         self.done = 0  # decoder passes run so far
         self.signal: torch.Tensor | None = None  # the soft embeddings of the last pass ([canvas, hidden])
         self.generator = torch.Generator(device=device).manual_seed(read.seed)
@@ -47,15 +49,16 @@ class Denoising:
     def canvas_ids(self) -> list[int]:
         return [int(token) for token in self.canvas.tolist()]
 
-    def temperature(self, schedule: Schedule) -> float:
+    @property
+    def temperature(self) -> float:
         """The temperature of the step after the next pass."""
         steps = self.read.steps
-        return schedule.temperature(steps - self.done, steps)
+        return self.schedule.temperature(steps - self.done, steps)
 
     @torch.inference_mode()
-    def advance(self, scaled: Scaled, schedule: Schedule, embed: Any) -> None:
+    def advance(self, scaled: Scaled, embed: Any) -> None:
         """Take the denoising step after a pass whose canvas logits, at `temperature`, are `scaled`."""
-        step = draw(scaled, schedule.entropy_bound, self.generator)
+        step = draw(scaled, self.schedule.entropy_bound, self.generator)
         self.canvas = torch.where(self._pinned, self._template, step.canvas)
         self.signal = soft_embeddings(step.mixture, embed)
         self.done += 1

@@ -74,7 +74,7 @@ class ReadTask:
         self.read = read
         self.prompt = prompt
         self.kit = kit
-        self.state = Denoising(read, kit.device) if read.steps > 1 else None
+        self.state = Denoising(read, kit.schedule, kit.device) if read.steps > 1 else None
         self.result: list[SlotLogProbs] | None = None
 
     @property
@@ -98,9 +98,9 @@ class ReadTask:
         if output.canvas_hidden is None:
             self.result = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
             return
-        state, kit = self.state, self.kit
+        state = self.state
         assert state is not None
-        state.advance(kit.scaled(output.canvas_hidden, state.temperature(kit.schedule)), kit.schedule, kit.embed)
+        state.advance(self.kit.scaled(output.canvas_hidden, state.temperature), self.kit.embed)
 
     def release(self, table: PromptTable) -> None:
         table.let_go(self.prompt)

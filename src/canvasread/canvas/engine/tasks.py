@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -25,6 +25,16 @@ from canvasread.canvas.engine.scheduler import Sized
 from canvasread.canvas.engine.steps import Denoising
 from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.thinker import Thought
+
+
+class Stepping(Protocol):
+    """A canvas being denoised (a multi-step read's, a thought's): the temperature its next step takes, and the
+    step itself over the canvas's scaled logits."""
+
+    @property
+    def temperature(self) -> float: ...
+
+    def advance(self, scaled: Scaled, embed: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,10 @@ class Kit:
             int(config.text_config.vocab_size),
             runner.stack.device,
         )
+
+    def step(self, canvas: Stepping, hidden: torch.Tensor) -> None:
+        """Take `canvas`'s denoising step after a pass that left it `hidden` (normed final hidden states)."""
+        canvas.advance(self.scaled(hidden, canvas.temperature), self.embed)
 
 
 @dataclass(frozen=True)
@@ -98,9 +112,8 @@ class ReadTask:
         if output.canvas_hidden is None:
             self.result = [SlotLogProbs(tuple(t.tolist())) for t in output.label_logprobs]
             return
-        state = self.state
-        assert state is not None
-        state.advance(self.kit.scaled(output.canvas_hidden, state.temperature), self.kit.embed)
+        assert self.state is not None
+        self.kit.step(self.state, output.canvas_hidden)
 
     def release(self, table: PromptTable) -> None:
         table.let_go(self.prompt)
@@ -148,8 +161,7 @@ class ThoughtTask:
 
     def _denoised(self, output: RowOutput) -> None:
         assert output.canvas_hidden is not None
-        generation = self.generation
-        generation.advance(self.kit.scaled(output.canvas_hidden, generation.temperature), self.kit.embed)
+        self.kit.step(self.generation, output.canvas_hidden)
 
     def release(self, table: PromptTable) -> None:
         table.let_go(self.prompt)

@@ -335,12 +335,15 @@ class RecordingReader:
             return len(self.calls)
 
 
-class FirstLabel:
-    """A reader that puts nearly all of every slot's mass on its first label, and keeps every read it was given."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[CanvasRead]] = []
+class FirstLabelAnswers:
+    """A reader that puts nearly all of every slot's mass on its first label."""
 
     def read(self, reads: Sequence[CanvasRead]) -> list[list[SlotLogProbs]]:
-        self.calls.append(list(reads))
         return [[SlotLogProbs((-0.01, *(-6.0 for _ in slot.label_ids[1:]))) for slot in read.slots] for read in reads]
+
+
+class FirstLabel(RecordingReader):
+    """`FirstLabelAnswers`, keeping every call's reads."""
+
+    def __init__(self) -> None:
+        super().__init__(FirstLabelAnswers())

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from canvasread.answers import build_answer
-from canvasread.backends.base import AnyBackend, HasFingerprint, ReadsBatchesAtOnce, ReportsHealth
+from canvasread.backends.base import AnyBackend, HasFingerprint, ReadsBatchesAtOnce
 from canvasread.batching import BatchSettings
 from canvasread.calibration import Calibration, calibrate
 from canvasread.capabilities import check_capabilities
@@ -318,18 +318,7 @@ class Decider:
         return not self.not_ready_reasons()
 
     def not_ready_reasons(self) -> list[str]:
-        return [reason for served in self._models.values() if (reason := self._not_ready_reason(served))]
-
-    @staticmethod
-    def _not_ready_reason(served: ServedModel) -> str | None:
-        """Why this model cannot answer now: still loading, failed to load, or its backend reports it has died."""
-        if served.load_error is not None:
-            return f"{served.card.name} failed to load: {served.load_error}"
-        if not served.loaded.is_set():
-            return f"{served.card.name} is loading"
-        if isinstance(served.backend, ReportsHealth) and (problem := served.backend.health_problem()) is not None:
-            return f"{served.card.name} is unhealthy: {problem}"
-        return None
+        return [reason for served in self._models.values() if (reason := served.not_ready_reason())]
 
     def start(self) -> None:
         """Start the batch loops; call from inside the running event loop."""
@@ -348,7 +337,7 @@ class Decider:
         """Check all that needs no model work (model, readiness, capabilities, `depends_on`/`ask_if`), then
         hand back the run, whose stages are read as it is iterated (the server streams them)."""
         served = self.resolve(model)
-        if (reason := self._not_ready_reason(served)) is not None:
+        if (reason := served.not_ready_reason()) is not None:
             raise NotReady(reason)
         return self._run(served, request)
 
@@ -378,7 +367,7 @@ class Decider:
         picked = chosen(self.settings.escalate_to, self.settings.escalate_below, request.options)
         if picked is None or (target := self.resolve(picked[0])) is served:
             return None
-        return Escalation(served.card.name, target, target.card, picked[1], self._not_ready_reason(target))
+        return Escalation(served.card.name, target, target.card, picked[1], target.not_ready_reason())
 
     def ask(
         self,

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from canvasread.backends.base import AnyBackend, ReportsCost
+from canvasread.backends.base import AnyBackend, ReportsCost, ReportsHealth
 from canvasread.batching import BatchQueue, BatchSettings
 from canvasread.calibration import Calibration
 from canvasread.preparing import PreparePool
@@ -57,6 +57,16 @@ class ServedModel:
     @property
     def queues(self) -> list[Queue]:
         return [self.queue] if self.thoughts is None else [self.queue, self.thoughts]
+
+    def not_ready_reason(self) -> str | None:
+        """Why this model cannot answer now: still loading, failed to load, or its backend reports it has died."""
+        if self.load_error is not None:
+            return f"{self.card.name} failed to load: {self.load_error}"
+        if not self.loaded.is_set():
+            return f"{self.card.name} is loading"
+        if isinstance(self.backend, ReportsHealth) and (problem := self.backend.health_problem()) is not None:
+            return f"{self.card.name} is unhealthy: {problem}"
+        return None
 
     def queue_for(self, request: DecisionRequest) -> Queue:
         """The lane a request waits in: the thoughts' when it thinks."""

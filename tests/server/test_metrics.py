@@ -211,6 +211,25 @@ def test_a_backend_whose_counters_fail_does_not_break_the_scrape() -> None:
     assert not any(name.startswith("canvasread_engine_") for name, _ in samples)
 
 
+def test_model_ready_falls_to_zero_when_the_backend_reports_it_died() -> None:
+    """`canvasread_model_loaded` says the load once finished; `canvasread_model_ready` is what to alert on."""
+
+    class Dying(FunctionBackend):
+        problem: str | None = None
+
+        def health_problem(self) -> str | None:
+            return self.problem
+
+    backend = Dying(rising, name="dying")
+    with serve_app(create_app(Decider([backend]))) as base:
+        alive = scrape(base)
+        backend.problem = "the engine process has ended (exit code -9)"
+        dead = scrape(base)
+    assert value(alive, "canvasread_model_ready", model="dying") == 1
+    assert value(dead, "canvasread_model_ready", model="dying") == 0
+    assert value(dead, "canvasread_model_loaded", model="dying") == 1
+
+
 def test_batch_histogram_folds_only_batches_it_has_not_seen() -> None:
     folded = FoldedHistogram()
     folded.fold(2, [1, 3])

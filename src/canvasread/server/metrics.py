@@ -187,6 +187,11 @@ class DeciderCollector(Collector):
     def _models(self, served: list[ServedModel]) -> Iterable[Metric]:
         info = InfoMetricFamily("canvasread_model", "Served models and what they accept.", labels=["model"])
         loaded = GaugeMetricFamily("canvasread_model_loaded", "1 once the model has loaded.", labels=["model"])
+        ready = GaugeMetricFamily(
+            "canvasread_model_ready",
+            "1 while the model can answer: loaded and its backend healthy (0 once, say, its engine process died).",
+            labels=["model"],
+        )
         load_time = GaugeMetricFamily(
             "canvasread_model_load_seconds", "How long loading the backend took.", labels=["model"]
         )
@@ -203,9 +208,10 @@ class DeciderCollector(Collector):
                 },
             )
             loaded.add_metric([card.name], float(model.loaded.is_set()))
+            ready.add_metric([card.name], float(model.not_ready_reason() is None))
             if model.load_seconds is not None:
                 load_time.add_metric([card.name], model.load_seconds)
-        return info, loaded, load_time
+        return info, loaded, ready, load_time
 
     def _queues(self, served: list[ServedModel]) -> Iterable[Metric]:
         labels = ["model"]

@@ -3,6 +3,7 @@ in process, callers who leave stop its work, a dead engine process is a 503 and 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Iterator
@@ -65,6 +66,16 @@ def test_a_caller_who_left_stops_the_engine_process_between_passes(engine: Engin
     assert engine.counters()["passes"] - before < 8, "told between passes, the engine stops before its 8 steps"
 
 
+def test_a_caller_gone_before_the_call_costs_the_engine_process_no_pass(engine: EngineClient, model: Any) -> None:
+    """Items whose callers left before the call was sent (a thought's caller gone before its reads) travel with
+    the call, so the engine never admits them; news the engine got before the call would have been lost."""
+    [read] = mixed_reads(int(model.config.text_config.vocab_size))[:1]
+    before = engine.counters()["passes"]
+    for attempt in range(5):
+        assert engine.read([replace(read, steps=4, seed=attempt)], lambda _: True) == [[]]
+    assert engine.counters()["passes"] == before
+
+
 def test_a_checkpoint_the_engine_process_cannot_load_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(EngineUnloadable) as failed:
@@ -72,12 +83,16 @@ def test_a_checkpoint_the_engine_process_cannot_load_is_one_line(tmp_path: Path)
     assert "\n" not in str(failed.value) and str(failed.value)
 
 
-def test_a_dead_engine_process_is_a_health_problem_and_a_503(tiny_thinking_checkpoint: Path) -> None:
+def test_a_dead_engine_process_is_a_health_problem_and_a_503(
+    tiny_thinking_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     client = EngineClient.start(str(tiny_thinking_checkpoint), SETTINGS)
     assert client.health_problem() is None and client.pid is not None
     os.kill(client.pid, signal.SIGKILL)
     eventually(lambda: client.health_problem() is not None, what="the death noticed")
     assert "exit code" in str(client.health_problem())
+    [logged] = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert "exit code -9" in logged.getMessage() and "restarted" in logged.getMessage()
     with pytest.raises(NotReady):
         client.read([CanvasRead((2, 3, 4), 0, (5, 6, 7), ())])
     client.close()

@@ -1,9 +1,11 @@
 """The server's side of the engine process (`worker.py`): a `Reader` and `Thinker` whose calls go over a pipe.
 
-Each call is numbered and sent; the caller's thread waits for its answer.
-Meanwhile one watching thread tells the engine which items' callers have
-left (it polls every waiting call's `gone` every `LEFT_POLL_S`, while any
-waits), so their work stops between passes as in process; with dozens of
+Each call is numbered and sent, with the items whose callers have already
+left; the caller's thread waits for its answer. Meanwhile one watching
+thread tells the engine which items' callers have left since (it polls
+every sent call's `gone` every `LEFT_POLL_S`, while any waits, and never a
+call not yet sent, whose news the engine could not place), so their work
+stops between passes as in process; with dozens of
 batches in flight, one thread polling beats each caller waking 50 times a
 second. One thread receives every answer and keeps the engine's latest
 counters. If the engine process dies, every waiting call and every later
@@ -15,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import logging
 import multiprocessing
 import threading
 import time
@@ -31,6 +34,7 @@ from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.thinker import Thought, ThoughtRequest
 from canvasread.errors import NotReady
 
+logger = logging.getLogger(__name__)
 # How often a waiting call checks whether its items' callers have left.
 LEFT_POLL_S = 0.02
 # How long closing waits for the engine process to end before it is terminated.
@@ -48,6 +52,7 @@ class _Waiting:
     done: threading.Event = field(default_factory=threading.Event)
     answer: Answer | None = None
     told: set[int] = field(default_factory=set)  # items the engine was told have left
+    sent: bool = False  # the call is on the pipe: the watcher's from now on
 
     def departed(self) -> tuple[int, ...]:
         """The items whose callers have left since the last time asked."""
@@ -71,6 +76,7 @@ class EngineClient:
         self._sending = threading.Lock()
         self._counters: Mapping[str, float] = ready.counters
         self._dead: str | None = None
+        self._closing = False
         threading.Thread(target=self._receive, name="canvasread-engine-answers", daemon=True).start()
         threading.Thread(target=self._watch, name="canvasread-engine-departures", daemon=True).start()
         # Before multiprocessing's own exit handler, which would wait for the engine process forever: the engine
@@ -117,6 +123,7 @@ class EngineClient:
 
     def close(self) -> None:
         """Ask the engine process to stop, and make sure it has."""
+        self._closing = True
         if self._process.is_alive():
             with contextlib.suppress(OSError):
                 self._send(Close())
@@ -134,9 +141,11 @@ class EngineClient:
             if self._dead is not None:
                 raise NotReady(self._dead)
             self._waiting[number] = waiting
-            self._calls.notify()
         try:
-            self._send(Call(number, kind, list(items)))
+            self._send(Call(number, kind, list(items), waiting.departed()))
+            with self._calls:
+                waiting.sent = True
+                self._calls.notify()
             waiting.done.wait()  # set by the receiving thread: the answer, or the engine's end
         except OSError:
             pass  # the pipe broke: the engine has ended, and the receiving thread says so
@@ -156,12 +165,11 @@ class EngineClient:
             self._connection.send(message)
 
     def _watch(self) -> None:
-        """Poll the waiting calls' callers while any call waits; tell the engine of each item whose caller left."""
+        """Poll the sent calls' callers while any call waits; tell the engine of each item whose caller left."""
         while self._dead is None:
             with self._calls:
-                while not self._waiting and self._dead is None:
+                while not (calls := self._sent()) and self._dead is None:
                     self._calls.wait()
-                calls = list(self._waiting.items())
             for number, waiting in calls:
                 if left := waiting.departed():
                     try:
@@ -169,6 +177,11 @@ class EngineClient:
                     except OSError:
                         return  # the pipe broke: the receiving thread says so
             time.sleep(LEFT_POLL_S)
+
+    def _sent(self) -> list[tuple[int, _Waiting]]:
+        """The waiting calls already sent (the receiving thread pops answered calls without the lock: the dict is
+        copied in one step first)."""
+        return [(number, waiting) for number, waiting in list(self._waiting.items()) if waiting.sent]
 
     def _receive(self) -> None:
         while True:
@@ -182,8 +195,11 @@ class EngineClient:
                 waiting.answer = answer
                 waiting.done.set()
         self._process.join(1.0)
+        ended = f"the engine process has ended (exit code {self._process.exitcode})"
+        if not self._closing:  # nothing restarts it: the model answers 503 from now on
+            logger.error("%s; this model answers 503 until the server is restarted", ended)
         with self._calls:
-            self._dead = f"the engine process has ended (exit code {self._process.exitcode})"
+            self._dead = ended
             for number in list(self._waiting):
                 self._waiting.pop(number).done.set()
             self._calls.notify()

@@ -44,16 +44,18 @@ class Unloadable:
 
 @dataclass(frozen=True)
 class Call:
-    """A `read` of canvas reads or a `think` of thought requests, numbered by the server."""
+    """A `read` of canvas reads or a `think` of thought requests, numbered by the server; `left`: the items whose
+    callers had already gone when it was sent (never admitted)."""
 
     number: int
     kind: CallKind
     items: Sequence[Any]
+    left: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class Left:
-    """The callers of these items of call `number` have gone: drop their work between passes."""
+    """The callers of these items of call `number` have gone since it was sent: drop their work between passes."""
 
     number: int
     indices: tuple[int, ...]

@@ -73,7 +73,7 @@ class Serving:
                 self._start(message)
 
     def _start(self, call: Call) -> None:
-        left: set[int] = set()
+        left = set(call.left)
         self.left[call.number] = left
         work: Work[Any] = (
             ReadWork(call.items, left.__contains__)

@@ -29,7 +29,7 @@ def test_a_plain_model_refuses_every_extra_at_its_field_in_one_answer() -> None:
     )
     with pytest.raises(InvalidRequest) as caught:
         check_capabilities(PLAIN, asked)
-    expected = [("questions", "who"), ("steps",), ("think",)]
+    expected = [("questions", "who", "span"), ("steps",), ("think",)]
     assert [p.loc for p in caught.value.problems] == expected
     assert all("model plain" in p.msg for p in caught.value.problems)
 

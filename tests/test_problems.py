@@ -18,7 +18,15 @@ from helpers import post
 
 NOUL = {"type": "noul", "instructions": "Is this about billing?"}
 # Words of pydantic's own that a caller never wrote and cannot act on.
-INTERNAL = ("Unable to extract tag", "discriminator", "dict[str", "constrained-", "literal[", "after validation")
+INTERNAL = (
+    "Unable to extract tag",
+    "discriminator",
+    "dict[str",
+    "constrained-",
+    "literal[",
+    "after validation",
+    "instance of",
+)
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -63,6 +71,14 @@ CASES: list[tuple[str, dict[str, Any], list[Any], str]] = [
         "a string, an object or an array",
     ),
     ("noul-nothing", question(type="noul"), ["questions", "q", "noul"], "instructions or at least one described side"),
+    (
+        "noul-blank",
+        question(type="noul", instructions=" "),
+        ["questions", "q", "noul"],
+        "instructions or at least one described side",
+    ),
+    ("noul-criteria-list", question(type="noul", criteria=["a"]), ["questions", "q", "noul", "criteria"], "an object"),
+    ("escalate-list", body(escalate=[0.5]), ["escalate"], "an object"),
     (
         "choice-256",
         question(type="choice", criteria={f"option {i}": None for i in range(256)}),
@@ -133,9 +149,27 @@ def test_a_422_names_the_path_written_and_what_is_allowed(
     assert allowed in entries[0]["msg"], entries[0]
 
 
-def test_the_question_type_is_echoed_where_it_is_wrong(sparrow_server: str) -> None:
-    [entry] = post(sparrow_server, question(type="rating")).json()["detail"]
-    assert entry["input"] == "rating" and entry["type"] == "literal_error"
+@pytest.mark.parametrize("kind", ["rating", 5, None, ["noul"]])
+def test_the_question_type_is_echoed_as_sent_where_it_is_wrong(sparrow_server: str, kind: Any) -> None:
+    [entry] = post(sparrow_server, question(type=kind)).json()["detail"]
+    assert entry["input"] == kind and entry["type"] == "literal_error"
+
+
+@pytest.mark.parametrize("sent", [[1, 2], "a ticket", 5, None])
+def test_a_body_that_is_not_an_object_is_told_so_naming_no_class(sparrow_server: str, sent: Any) -> None:
+    raw = json.dumps(sent).encode()  # as sent: httpx sends no body at all for json=None
+    response = httpx.post(
+        sparrow_server + "/v1/systemone", content=raw, headers={"content-type": "application/json"}, timeout=30
+    )
+    [entry] = response.json()["detail"]
+    assert entry["loc"] == ["body"] and entry["msg"] == "the request body should be a JSON object"
+    assert "SystemOneRequest" not in response.text
+
+
+def test_a_nested_object_of_the_wrong_type_names_no_class(sparrow_server: str) -> None:
+    response = post(sparrow_server, question(type="noul", criteria=["yes"]))
+    [entry] = response.json()["detail"]
+    assert entry["msg"] == "Input should be an object" and "NoulCriteria" not in response.text
 
 
 def test_a_nan_is_refused_at_its_field(sparrow_server: str) -> None:
@@ -145,4 +179,4 @@ def test_a_nan_is_refused_at_its_field(sparrow_server: str) -> None:
     )
     assert response.status_code == 422
     [entry] = response.json()["detail"]
-    assert entry["loc"] == ["body", "questions", "q", "min_confidence"] and entry["type"] == "finite_number"
+    assert entry["loc"] == ["body", "questions", "q", "noul", "min_confidence"] and entry["type"] == "finite_number"

@@ -48,11 +48,12 @@ def check_capabilities(card: ModelCard, request: DecisionRequest) -> None:
 
 def _kind_problem(card: ModelCard, request: DecisionRequest, question: Question) -> FieldProblem | None:
     """An unknown kind is refused here, at the edge of every path (the wire's schema refuses it first); a known
-    one says what it needs of the model (a box: images and one image; a span: a model that reads the state)."""
+    one says what it needs of the model (a box: images and one image; a span: a model that reads the state), at
+    the question's kind after its id, as every 422 about a question is located."""
     loc = ("questions", question.key)
     try:
         kind = kind_of(question.kind)
     except UnknownKind as error:
         return FieldProblem(loc, str(error), input=question.kind)
     refusal = kind.refusal(card.name, card.capabilities, request)
-    return None if refusal is None else FieldProblem(loc, refusal)
+    return None if refusal is None else FieldProblem((*loc, question.kind), refusal)

@@ -26,7 +26,7 @@ Loc = tuple[str | int, ...]
 _VALUE_ERROR = "Value error, "
 _SHOULD_BE = "Input should be "
 # ctx keys that describe pydantic's own types, not the input.
-_INTERNAL_CTX = frozenset({"field_type", "discriminator"})
+_INTERNAL_CTX = frozenset({"field_type", "discriminator", "class_name"})
 _JSON_WORDS = {
     "a valid dictionary or object to extract fields from": "an object",
     "a valid dictionary": "an object",
@@ -55,6 +55,8 @@ def _one(entry: Mapping[str, Any], payload: Any) -> FieldProblem:
     ctx = {k: _scalar(v) for k, v in entry.get("ctx", {}).items() if v is not None and k not in _INTERNAL_CTX}
     if kind in ("too_short", "too_long"):
         msg = _length_message(kind, ctx, entry.get("input"))
+    elif kind == "model_type":  # pydantic's message names the model class ("or instance of SystemOneRequest")
+        msg = f"{_SHOULD_BE}an object" if loc else "the request body should be a JSON object"
     return FieldProblem(loc, msg, kind, json_safe(entry.get("input")), ctx)
 
 
@@ -62,8 +64,8 @@ def _type_problem(entry: Mapping[str, Any], loc: Loc) -> FieldProblem:
     """A question's discriminator, missing or not a kind: located at its `type`, listing the kinds."""
     tags = ", ".join(f'"{name}"' for name in KINDS)
     ctx: dict[str, JSONValue] = {"expected": tags}
-    if entry["type"] == "union_tag_invalid":
-        tag = json_safe(entry.get("ctx", {}).get("tag"))
+    if entry["type"] == "union_tag_invalid":  # echoed as sent: pydantic's ctx holds the tag as text ("5" for 5)
+        tag = json_safe(entry["input"].get("type"))
         return FieldProblem(
             (*loc, "type"), f"{_SHOULD_BE}one of {tags} (the question types)", "literal_error", tag, ctx
         )

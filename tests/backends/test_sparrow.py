@@ -197,7 +197,7 @@ def test_span_questions_are_a_422_naming_the_model(sparrow_server: str, kind: st
     response = httpx.post(sparrow_server + "/v1/systemone", json=body, timeout=60)
     assert response.status_code == 422, response.text
     [problem] = response.json()["detail"]
-    assert problem["loc"] == ["body", "questions", "who"]
+    assert problem["loc"] == ["body", "questions", "who", kind]
     assert problem["msg"] == f"model sparrow-nano-general-v1.1 cannot answer {kind} questions"
 
 

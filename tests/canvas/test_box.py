@@ -100,7 +100,7 @@ def test_a_box_needs_exactly_one_image(tiny_server: str) -> None:
         response = httpx.post(tiny_server + "/v1/systemone", json=box_request(state, images), timeout=120)
         assert response.status_code == 422, response.text
         [problem] = response.json()["detail"]
-        assert problem["loc"] == ["body", "questions", "dog"]
+        assert problem["loc"] == ["body", "questions", "dog", "box"]
         assert "exactly one image" in problem["msg"] and f"has {images}" in problem["msg"]
 
 
@@ -111,7 +111,7 @@ def test_models_that_cannot_see_refuse_a_box_at_the_question(sparrow_server: str
     ):
         client.system_one("a photo we could not send", {"dog": Box(instructions="The dog")})
     [problem] = caught.value.body["detail"]
-    assert problem["loc"] == ["body", "questions", "dog"]
+    assert problem["loc"] == ["body", "questions", "dog", "box"]
     assert "cannot see images, so it cannot answer box questions" in problem["msg"]
 
 
@@ -127,5 +127,5 @@ def test_the_vllm_proxy_refuses_a_box_at_the_question(tiny_checkpoint: Path) -> 
     with pytest.raises(InvalidRequest) as caught:
         proxy.decide_now(*parse_request(box_request()))
     problems = {problem.loc: problem.msg for problem in caught.value.problems}
-    assert "cannot see images, so it cannot answer box questions" in problems["questions", "dog"]
+    assert "cannot see images, so it cannot answer box questions" in problems["questions", "dog", "box"]
     assert "cannot see images" in problems[("assets",)]

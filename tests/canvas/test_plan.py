@@ -116,3 +116,20 @@ def test_an_image_goes_only_into_the_prompts_that_mention_it(tokenizer: HFTokeni
     assert seen[-1] == 1 and set(seen[:-1]) == {0}
     with pytest.raises(InvalidRequest, match="not referenced"):
         planner.plan(replace(parsed, questions=parsed.questions[:7], assets={"photo.png": asset}))
+
+
+@pytest.mark.parametrize("layout", ["default", "bare-single"])
+def test_questions_too_long_for_the_context_are_refused_at_the_questions(tokenizer: HFTokenizer, layout: str) -> None:
+    """A shorter state would not help, so the 422 must not blame it (the bare layout puts the question after the
+    state, so its prompt's shared prefix does not tell the parts apart)."""
+    from canvasread.errors import InvalidRequest
+
+    planner = Planner(tokenizer, canvas_length=48, max_positions=256, layout=layout_named(layout))
+    with pytest.raises(InvalidRequest) as caught:
+        planner.plan(request({"q": {"type": "noul", "instructions": "word " * 400}}))
+    [problem] = caught.value.problems
+    assert problem.loc == ("questions",) and "the questions take" in problem.msg and "without the state" in problem.msg
+    with pytest.raises(InvalidRequest) as caught:
+        planner.plan(replace(request(nouls(1)), state="word " * 400))
+    [problem] = caught.value.problems
+    assert problem.loc == ("state",) and "the state and questions take" in problem.msg

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from canvasread.errors import InvalidRequest
 from canvasread.kinds.noul import KIND, NoulQuestion
 from canvasread.types import Distribution, Option, Question
 from canvasread.wire import parse_request
@@ -22,6 +23,21 @@ def test_the_sides_come_true_then_false_an_empty_description_being_none() -> Non
     assert asked.options == (Option("true", "money back"), Option("false", None))
     assert KIND.criteria(asked) == {"true": "money back"}  # only the described sides, as sparrow reads them
     assert KIND.options(NoulQuestion(type="noul", instructions="x")) == (Option("true"), Option("false"))
+
+
+@pytest.mark.parametrize("instructions", [None, "", "   ", "\n\t"])
+@pytest.mark.parametrize("criteria", [None, {"true": "", "false": " "}])
+def test_blank_instructions_and_sides_ask_nothing_so_are_one_422(instructions: str | None, criteria: Any) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        question(instructions=instructions, criteria=criteria)
+    [problem] = caught.value.problems
+    assert problem.loc == ("questions", "q", "noul")
+    assert "needs instructions or at least one described side" in problem.msg
+
+
+def test_a_blank_side_is_undescribed_like_an_empty_one() -> None:
+    asked = question(instructions="  ", criteria={"true": "money back", "false": " \n"})
+    assert asked.options == (Option("true", "money back"), Option("false", None))
 
 
 def test_the_canvas_reads_yes_and_no_described_by_default_as_the_statement() -> None:

@@ -115,11 +115,49 @@ def test_a_declared_length_over_the_limit_is_413_before_any_body(base: str, decl
 # ---- 15: every error in the API's shape ----------------------------------------------------------
 
 
-def test_unparseable_http_is_a_json_400_with_a_request_id(base: str) -> None:
+POST_HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+# h11's buffer for an unfinished request head, which uvicorn (and so `canvasread serve`) keeps at its default.
+HEAD_BUFFER = 16 * 1024
+
+
+@pytest.fixture(scope="module")
+def patient_base() -> Iterator[str]:
+    """Served with the default 10 s header timeout: an unfinished head is answered long before it is cut off."""
+    with serve_app(even_app(ServerSettings()), settings=ServerSettings()) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", "illegal request line"),
+        (POST_HEAD + b"Content-Length: -5\r\n\r\n", "bad Content-Length"),
+        (POST_HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", "conflicting Content-Length headers"),
+    ],
+)
+def test_unparseable_http_is_a_json_400_saying_what_is_wrong(base: str, raw: bytes, says: str) -> None:
     with connect(base) as sock:
-        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        sock.sendall(raw)
         status, headers, detail = parse_response(read_all(sock))
     assert status == 400 and detail["detail"]["error_type"] == "bad_request"
+    assert detail["detail"]["request_id"] == headers["x-typesafe-request-id"]
+    assert says in detail["detail"]["message"] and "not HTTP/1.1" not in detail["detail"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "error_type"),
+    [
+        (b"GET /", 414, "uri_too_long"),
+        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ", 431, "request_header_fields_too_large"),
+    ],
+)
+def test_a_head_unfinished_past_the_buffer_is_414_or_431(
+    patient_base: str, head: bytes, status: int, error_type: str
+) -> None:
+    with connect(patient_base) as sock:
+        sock.sendall(head.ljust(HEAD_BUFFER + 1, b"a"))  # one byte past: refused once every byte sent is read
+        got, headers, detail = parse_response(read_all(sock))
+    assert got == status and detail["detail"]["error_type"] == error_type
     assert detail["detail"]["request_id"] == headers["x-typesafe-request-id"]
 
 

@@ -85,7 +85,7 @@ def problems(response: httpx.Response) -> list[dict[str, Any]]:
         (body_text(questions='{"\\ud800": {"type": "noul", "instructions": "x"}}'), ["body", "questions", "\\ud800"]),
         (
             body_text(questions='{"q": {"type": "choice", "criteria": {"a": null, "b\\udbff": null}}}'),
-            ["body", "questions", "q", "criteria", "b\\udbff"],
+            ["body", "questions", "q", "choice", "criteria", "b\\udbff"],
         ),
         (body_text(questions='{"q": {"type": "score", "criteria": ["low", "\\ud800"]}}'), None),
     ],
@@ -118,7 +118,15 @@ def test_a_surrogate_pair_is_an_ordinary_character(base: str, recorder: Recorder
         (body_text(questions='{"q": {"type": "score", "criteria": {"1e999": null, "2": null}}}'), None),
         (
             body_text(questions='{"q": {"type": "score", "criteria": [1e999, 2]}}'),
-            ["body", "questions", "q", "criteria", 0],
+            ["body", "questions", "q", "score", "criteria", 0],
+        ),
+        (
+            body_text(questions='{"q": {"type": "choice", "criteria": {"a": null}, "min_confidence": NaN}}'),
+            ["body", "questions", "q", "choice", "min_confidence"],
+        ),
+        (
+            body_text(questions='{"q": {"type": "maybe", "min_confidence": -Infinity}}'),
+            ["body", "questions", "q", "min_confidence"],
         ),
     ],
 )

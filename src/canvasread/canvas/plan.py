@@ -162,12 +162,19 @@ class Planner:
         for index, prompt in enumerate(prompts):
             width = max(len(canvas.ids) for canvas in layout.canvases if canvas.prompt == index)
             if self.max_positions is not None and len(prompt.ids) + width > self.max_positions:
-                raise InvalidRequest.at(
-                    ("state",),
-                    f"the state and questions take {len(prompt.ids)} tokens and "
-                    f"the answer {width}; this model reads at most {self.max_positions}",
-                )
+                raise self._past_context(layout.prompts[index], len(prompt.ids), width, self.max_positions)
         return ReadPlan(prompts, layout)
+
+    def _past_context(self, prompt: PromptText, tokens: int, width: int, max_positions: int) -> InvalidRequest:
+        """A prompt too long for the model, blamed on the questions when they leave the answer no room even without
+        the state (a shorter state would not help), else on the state. Only a refusal tokenizes them again."""
+        asked = len(self.tokenizer.encode(self.encoder.text(prompt, "")))
+        reads = f"the answer {width}; this model reads at most {max_positions}"
+        if asked + width > max_positions:
+            return InvalidRequest.at(("questions",), f"the questions take {asked} tokens without the state and {reads}")
+        return InvalidRequest.at(
+            ("state",), f"the state and questions take {tokens} tokens (the questions {asked} of them) and {reads}"
+        )
 
     def layout(self, questions: Sequence[Question]) -> Layout:
         key = json.dumps([[q.key, question_digest(q), q.alone] for q in questions], ensure_ascii=False)

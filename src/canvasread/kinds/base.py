@@ -80,8 +80,9 @@ class AnswerBase(WireModel):
 
 
 def description(value: JSONValue) -> JSONValue:
-    """An empty description says nothing: `""` is null (one popular client sends it for every undescribed side)."""
-    return None if value == "" else value
+    """A blank text says nothing: `""` or whitespace is null (one popular client sends `""` for every undescribed
+    side), so it never moves an answer nor counts as something asked."""
+    return None if isinstance(value, str) and not value.strip() else value
 
 
 def as_text(value: JSONValue) -> str:

@@ -37,7 +37,7 @@ class NoulQuestion(QuestionBase):
     def _needs_something_to_ask(self) -> NoulQuestion:
         sides = (self.criteria.true, self.criteria.false) if self.criteria is not None else ()
         described = any(description(side) is not None for side in sides)
-        if self.instructions is None and not described:
+        if description(self.instructions) is None and not described:  # blank instructions ask nothing either
             raise ValueError("a noul question needs instructions or at least one described side of criteria")
         return self
 

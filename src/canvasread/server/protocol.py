@@ -19,7 +19,8 @@ forever. Here:
 
 uvicorn's own 400 (unparseable HTTP) and 503 (its concurrency limit) are
 plain text without the request id the SDK reads; these are the API's JSON
-error bodies.
+error bodies. Unparseable HTTP says what h11 found wrong, and a request whose
+head outgrows h11's buffer is a 414 (its request line) or a 431 (its headers).
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import http
 import json
+import sys
 import time
 import uuid
 from collections import Counter
 from typing import ClassVar
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from canvasread.server.responses import REQUEST_ID_HEADER
+from canvasread.server.responses import REQUEST_ID_HEADER, printable
 from canvasread.settings import ServerSettings
 
 
@@ -161,7 +164,17 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        self._send_error(400, f"{msg} (not HTTP/1.1)", "bad_request")
+        """uvicorn calls this while it handles h11's `RemoteProtocolError`, which says what was wrong."""
+        error = sys.exception()
+        if (
+            isinstance(error, h11.RemoteProtocolError)
+            and error.error_status_hint == 431
+            and self._waiting_for_request()
+        ):
+            self._send_error(*_head_too_large(self.conn.trailing_data[0]))
+            return
+        reason = f": {printable(str(error))}" if error is not None else ""
+        self._send_error(400, f"{msg.removesuffix('.')}{reason}", "bad_request")
 
     def _send_error(self, status: int, message: str, error_type: str, extra: dict[bytes, bytes] | None = None) -> None:
         """Write one JSON error response on the raw connection and close it (no request cycle is running)."""
@@ -177,6 +190,13 @@ class GuardedH11Protocol(H11Protocol):
         ]
         self.transport.write(("\r\n".join(head) + "\r\n\r\n" + body).encode())
         self.transport.close()
+
+
+def _head_too_large(unread: bytes) -> tuple[int, str, str]:
+    """h11's one 431 (a request head past its buffer), as 414 while the request line has not ended yet."""
+    if b"\n" not in unread:
+        return 414, "the request line (method and URI) is too long", "uri_too_long"
+    return 431, "the request headers are too large", "request_header_fields_too_large"
 
 
 def guarded_protocol(config: ServerSettings) -> type[GuardedH11Protocol]:

@@ -88,6 +88,10 @@ def add_routes(app: FastAPI, handlers: Handlers) -> None:
     async def ready(request: Request) -> Response:
         return handlers.ready(request_id(request), show_models=authorized(request))
 
+    # Load balancers probe with HEAD: the same answers, their bodies dropped (by uvicorn, as HTTP has it).
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
+
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
         """Prometheus text format; async so the scrape reads the batch queues on their own event loop."""

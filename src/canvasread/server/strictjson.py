@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from canvasread.errors import FieldProblem, InvalidRequest
+from canvasread.kinds import KINDS
 
 _CHUNK = 1 << 20
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'"[]{},:')))
@@ -119,7 +120,8 @@ def parse_json(data: bytes, max_depth: int, max_items: int) -> Any:
 
 
 def unrepresentable(value: Any) -> list[FieldProblem]:
-    """Where `value` holds a non-finite number or a string with a lone surrogate (keys included)."""
+    """Where `value` holds a non-finite number or a string with a lone surrogate (keys included), located as
+    validation's 422s are (a question's kind after its id)."""
     problems: list[FieldProblem] = []
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ("body",))]
     while stack and len(problems) < _MAX_PROBLEMS:
@@ -131,11 +133,19 @@ def unrepresentable(value: Any) -> list[FieldProblem]:
         elif isinstance(item, list):
             stack.extend((entry, (*loc, index)) for index, entry in enumerate(item))
         elif isinstance(item, dict):
+            loc = (*loc, *_question_kind(loc, item))
             for key, entry in item.items():
                 if not _encodable(key):
                     problems.append(FieldProblem((*loc, key), "key holds a lone UTF-16 surrogate", "string_unicode"))
                 stack.append((entry, (*loc, key)))
     return problems
+
+
+def _question_kind(loc: tuple[str | int, ...], item: dict[str, Any]) -> tuple[str, ...]:
+    """A question's known kind, which its fields' locations carry after its id (`body.questions.q.choice.…`)."""
+    kind = item.get("type")
+    is_question = len(loc) == 3 and loc[1] == "questions"
+    return (kind,) if is_question and isinstance(kind, str) and kind in KINDS else ()
 
 
 def _encodable(text: str) -> bool:

@@ -125,6 +125,28 @@ def test_the_queued_path_answers_and_gives_up_at_the_deadline() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"decimals": 0}, "--round must be at least 1"),  # would turn 0.67 into 1.0
+        ({"decimals": -1}, "--round must be at least 1"),  # would turn every probability into 0.0
+        ({"timeout_s": 0.0}, "--timeout must be positive"),  # every request a 504
+        ({"timeout_s": -1.0}, "--timeout must be positive"),
+        ({"timeout_s": math.nan}, "--timeout must be positive"),
+    ],
+)
+def test_settings_that_would_spoil_every_answer_are_refused(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DeciderSettings(**settings)
+
+
+def test_one_decimal_rounds_and_no_rounding_or_deadline_stay_possible() -> None:
+    answer = FunctionBackend(lambda r: [[2 / 3, 1 / 3] for _ in r.questions])
+    decider = loaded(answer, settings=DeciderSettings(decimals=1))
+    assert decider.decide_now("default", request({"q": NOUL})).answers["q"]["noul"] == 0.7
+    assert DeciderSettings(decimals=None, timeout_s=None).timeout_s is None
+
+
 # ---- the canvas backend over a fake reader ---------------------------------------------------------
 
 

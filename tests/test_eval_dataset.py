@@ -52,6 +52,20 @@ def test_load_items_refuses_duplicate_ids_and_honours_limit(tmp_path: Path) -> N
         load_items(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("notjson", "d.jsonl:2: not JSON (Expecting value at column 1)"), ("5", "d.jsonl:2: not a JSON object")],
+    ids=["not-json", "not-an-object"],
+)
+def test_a_line_that_is_no_json_object_names_the_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    line = {"id": "a", "state": "s", "question": {"type": "noul", "instructions": "?"}, "expected": "false"}
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(line) + "\n" + text + "\n")
+    with pytest.raises(ValueError) as refused:
+        load_items(path)
+    assert str(refused.value) == f"{tmp_path}/{message}"
+
+
 def test_banking77_converts_to_77_way_choices(tmp_path: Path) -> None:
     categories = json.loads((BANKING77 / "categories.json").read_text())
     assert len(categories) == 77

@@ -70,6 +70,12 @@ class DeciderSettings:
     escalate_below: float | None = None
 
     def __post_init__(self) -> None:
+        if self.decimals is not None and self.decimals < 1:
+            raise ValueError(
+                "--round must be at least 1, the digits kept after the point (leave it out to keep them all)"
+            )
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError("--timeout must be positive")
         check_threshold(self.escalate_below, "--escalate-below")
         if self.escalate_below is not None and self.escalate_to is None:
             raise ValueError("--escalate-below needs --escalate TARGET: the model to re-ask")

@@ -108,6 +108,16 @@ def test_eval_refuses_a_calibration_for_a_server_and_bad_data(slice_path: Path, 
     assert_one_line_error(result, "bad.jsonl:1")
 
 
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_a_line_that_is_not_json_is_named_by_file_and_line(tmp_path: Path, command: str) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"id": 1, "state": "s", "question": {"type": "noul", "instructions": "?"}, "expected": true}\nnotjson\n'
+    )
+    result = canvasread(command, str(bad), "--out", str(tmp_path / "out"))
+    assert_one_line_error(result, f"{bad}:2: not JSON (Expecting value at column 1)")
+
+
 def test_eval_without_matplotlib_writes_the_reports_and_says_what_the_plot_needs(
     slice_path: Path, tmp_path: Path
 ) -> None:

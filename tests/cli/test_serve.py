@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from helpers import assert_one_line_error, canvasread, free_port, serve_cli, wait_until
 
 
@@ -50,6 +51,46 @@ def test_a_port_in_use_is_one_line_and_exit_1() -> None:
         result = canvasread("serve", "--port", str(port), timeout=60)
     assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
     assert result.stdout == ""  # no banner for a server that never ran, nor a model loaded after it stopped
+
+
+# One device past the GPUs torch counts here: cuda:0 on a CPU machine, as `--device cuda` there.
+MISSING_GPU = torch.cuda.device_count()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (("--dtype", "int7"), ("unknown --dtype 'int7'", "use one of float32")),
+        (("--device", f"cuda:{MISSING_GPU}"), (f"no device 'cuda:{MISSING_GPU}' on this machine",)),
+        (("--gpus", str(max(2, MISSING_GPU + 1))), (f"no device 'cuda:{max(1, MISSING_GPU)}' on this machine",)),
+        (("--device", "gpu"), ("unknown device 'gpu'",)),
+        (("--random-weights", "-1"), ("--random-weights must be a finite STD >= 0, not -1",)),
+        (("--kv-cache-gib", "0"), ("--kv-cache-gib must be positive",)),
+        (("--round", "0"), ("--round must be at least 1",)),
+        (("--round", "-1"), ("--round must be at least 1",)),
+        (("--timeout", "0"), ("--timeout must be positive",)),
+        (("--timeout", "-1"), ("--timeout must be positive",)),
+    ],
+    ids=[
+        "dtype",
+        "missing-gpu",
+        "too-many-gpus",
+        "unknown-device",
+        "negative-std",
+        "no-kv-store",
+        "round-0",
+        "round-negative",
+        "timeout-0",
+        "timeout-negative",
+    ],
+)
+def test_a_setting_that_can_never_work_stops_serve_before_it_binds(
+    tiny_checkpoint: Path, flags: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    """Not a server whose /ready says 503 forever (a load that fails) or that answers every request wrongly."""
+    result = canvasread("serve", "--model", str(tiny_checkpoint), *flags, "--port", str(free_port()), timeout=60)
+    assert_one_line_error(result, *expected)
+    assert result.stdout == ""  # no banner: it never bound
 
 
 def test_max_state_tokens_makes_a_longer_state_a_413_naming_the_flag() -> None:

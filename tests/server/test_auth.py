@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import CliServer, cli_process, serve_app
+from helpers import CliServer, assert_one_line_error, canvasread, cli_process, free_port, serve_app
 from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
 
 from canvasread.backends.base import FunctionBackend
@@ -187,6 +187,55 @@ def test_keys_come_from_flags_environment_and_file(tmp_path: Path) -> None:
     keys = collect_api_keys(["flag", " ", ""], keys_file=keys_file, environ={"CANVASREAD_API_KEYS": "env-a,,env-b "})
     assert keys == {"flag", "file-a", "file-b", "env-a", "env-b"}
     assert collect_api_keys(environ={}) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("keys", "environ", "file_text", "named"),
+    [
+        ([""], {}, None, "--api-key holds"),
+        (["", " "], {}, None, "--api-key holds"),
+        ([], {"CANVASREAD_API_KEYS": " , "}, None, "CANVASREAD_API_KEYS holds"),
+        ([], {}, "# rotated 2026-05\n\n   \n", "--api-keys-file "),
+        ([""], {"CANVASREAD_API_KEYS": " "}, None, "--api-key and CANVASREAD_API_KEYS hold"),
+    ],
+    ids=["empty-flag", "blank-flags", "blank-env", "comments-only-file", "two-sources"],
+)
+def test_keys_asked_for_that_come_to_none_are_refused_not_read_as_no_keys(
+    tmp_path: Path, keys: list[str], environ: dict[str, str], file_text: str | None, named: str
+) -> None:
+    """Serving without keys then would let in every caller the operator meant to keep out (fail open)."""
+    keys_file = None
+    if file_text is not None:
+        keys_file = tmp_path / "keys.txt"
+        keys_file.write_text(file_text)
+    with pytest.raises(ValueError, match="no API key") as refused:
+        collect_api_keys(keys, keys_file=keys_file, environ=environ)
+    assert str(refused.value).startswith(named)
+
+
+def test_a_keys_variable_set_empty_is_no_key_source() -> None:
+    """`CANVASREAD_API_KEYS=` is how a compose file leaves a variable unset (`${KEYS:-}`)."""
+    assert collect_api_keys(environ={"CANVASREAD_API_KEYS": ""}) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        (("--api-key", ""), {}, "--api-key holds no API key"),
+        ((), {"CANVASREAD_API_KEYS": " "}, "CANVASREAD_API_KEYS holds no API key"),
+        (("--api-keys-file", "{keys_file}"), {}, "--api-keys-file {keys_file} holds no API key"),
+    ],
+    ids=["flag", "environment", "file"],
+)
+def test_serve_refuses_keys_asked_for_that_come_to_none_before_it_binds(
+    tmp_path: Path, flags: tuple[str, ...], env: dict[str, str], named: str
+) -> None:
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text("# no key yet\n\n")
+    args = [flag.format(keys_file=keys_file) for flag in flags]
+    result = canvasread("serve", *args, "--port", str(free_port()), env=env, timeout=60)
+    assert_one_line_error(result, named.format(keys_file=keys_file), "leave it out to serve without keys")
+    assert result.stdout == ""  # no banner: it never bound
 
 
 @pytest.mark.parametrize(

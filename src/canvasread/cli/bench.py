@@ -41,6 +41,16 @@ def levels_of(text: str) -> list[int]:
     return levels
 
 
+def _preflight(url: str, model: str, api_key: str) -> None:
+    """One request of the sweep's workload, sent as `ask --url` sends it: a server that cannot be reached, refuses
+    the key or does not serve `model` ends the command in one line, not in a sweep of failures and a report of
+    zeros."""
+    from canvasread.cli.client import call
+    from canvasread.tools.workloads import standard_body
+
+    call("POST", url, "/v1/systemone", api_key, body=standard_body(-1, model))  # -1: a state no sweep sends
+
+
 def _row(table: Table, name: str, level: Level) -> None:
     latencies = (level.p50_ms, level.p95_ms, level.p99_ms)
     table.add_row(
@@ -67,12 +77,14 @@ def bench(
     from canvasread.eval.plots import can_plot
     from canvasread.tools.bench import run_sweep, summarise, write_outputs
 
-    if not can_plot():
-        warn(f"{PLOT_NEEDS}; writing bench.json only")
-    table = Table("model", "clients", "decisions/s", "p50 ms", "p95 ms", "p99 ms", "errors")
     plan = [(model, levels_of(concurrency))]
     if baseline_model:
         plan.append((baseline_model, levels_of(baseline_concurrency)))
+    for name, _ in plan:
+        _preflight(url, name, api_key)
+    if not can_plot():
+        warn(f"{PLOT_NEEDS}; writing bench.json only")
+    table = Table("model", "clients", "decisions/s", "p50 ms", "p95 ms", "p99 ms", "errors")
     sweeps: dict[str, list[Level]] = {}
     with Progress(console=console) as progress:
         task = progress.add_task("sweeping", total=sum(len(levels) for _, levels in plan))

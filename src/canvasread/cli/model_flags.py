@@ -14,6 +14,7 @@ from canvasread.canvas.backend import ReadSettings
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.layouts import DEFAULT_LAYOUT, LAYOUTS, layout_named
 from canvasread.catalog import Wing
+from canvasread.extras import installed_version
 
 MODELS = "Models"
 
@@ -181,7 +182,8 @@ class ModelFlags:
         return tuple(pairs)
 
     def engine(self) -> EngineSettings:
-        return EngineSettings(
+        """The in-process engine's settings, checked before the port binds (see `_check_device`)."""
+        settings = EngineSettings(
             device=self.device,
             dtype=self.dtype,
             experts=self.experts,
@@ -196,6 +198,19 @@ class ModelFlags:
             thought_share=self.thought_share,
             process=self.engine_process,
         )
+        _check_device(settings)
+        return settings
 
     def reading(self) -> ReadSettings:
         return ReadSettings(layout=layout_named(self.layout))
+
+
+def _check_device(settings: EngineSettings) -> None:
+    """A device the machine lacks (`--device cuda` without CUDA; `--gpus N` places replicas on cuda:0..N-1) could
+    only fail the load behind the open port: refused now. Without torch no model runs in process to use one."""
+    device = settings.device if settings.gpus == 1 else f"cuda:{settings.gpus - 1}"
+    if device is None or installed_version("torch") is None:
+        return
+    from canvasread.canvas.engine.loader import present_device
+
+    present_device(device)

@@ -59,6 +59,17 @@ def parse_item(line: dict[str, Any], where: str) -> EvalItem:
     return EvalItem(str(line["id"]), line["state"], line["question"], label, question.kind, question.option_names)
 
 
+def _decoded(text: str, where: str) -> dict[str, Any]:
+    """One line's JSON object; errors name `where` (file:line), as `parse_item`'s do."""
+    try:
+        line = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: not JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(line, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    return line
+
+
 def load_items(path: Path, limit: int | None = None) -> list[EvalItem]:
     """Read and validate a JSONL file (blank lines skipped); ids must be unique."""
     items: list[EvalItem] = []
@@ -67,7 +78,8 @@ def load_items(path: Path, limit: int | None = None) -> list[EvalItem]:
             if limit is not None and len(items) >= limit:
                 break
             if text.strip():
-                items.append(parse_item(json.loads(text), f"{path}:{number}"))
+                where = f"{path}:{number}"
+                items.append(parse_item(_decoded(text, where), where))
     if not items:
         raise ValueError(f"{path} holds no decisions")
     ids = [item.id for item in items]

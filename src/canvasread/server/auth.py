@@ -37,12 +37,30 @@ def collect_api_keys(
 ) -> frozenset[str]:
     """Every key from flags, `CANVASREAD_API_KEYS` (comma separated) and a file (one a line, `#` comments).
 
-    Blank entries are dropped: an empty key would otherwise let in any caller that sends `Bearer `.
+    Blank entries are dropped: an empty key would otherwise let in any caller that sends `Bearer `. Sources
+    given that hold no key at all (`--api-key "$KEY"` with KEY unset) are refused (ValueError): serving without
+    keys then would let in everyone the operator meant to keep out.
     """
-    found = [*keys, *environ.get(KEYS_ENV, "").split(",")]
+    given = _key_sources(list(keys), keys_file, environ)
+    found = frozenset(key.strip() for entries in given.values() for key in entries if key.strip())
+    if given and not found:
+        one = len(given) == 1
+        raise ValueError(
+            f"{' and '.join(given)} {'holds' if one else 'hold'} no API key (blank ones are ignored): "
+            f"give a key, or leave {'it' if one else 'them'} out to serve without keys"
+        )
+    return found
+
+
+def _key_sources(keys: list[str], keys_file: Path | None, environ: Mapping[str, str]) -> dict[str, list[str]]:
+    """The entries of each key source the operator gave, by the name to show them under."""
+    given = {"--api-key": keys} if keys else {}
+    if environ.get(KEYS_ENV):  # set empty is unset, as a compose file's `${KEYS:-}` leaves it
+        given[KEYS_ENV] = environ[KEYS_ENV].split(",")
     if keys_file is not None:
-        found += [line for line in keys_file.read_text().splitlines() if not line.lstrip().startswith("#")]
-    return frozenset(key.strip() for key in found if key.strip())
+        lines = keys_file.read_text().splitlines()
+        given[f"--api-keys-file {keys_file}"] = [line for line in lines if not line.lstrip().startswith("#")]
+    return given
 
 
 def _digest(key: str | bytes) -> bytes:

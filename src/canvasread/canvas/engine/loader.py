@@ -14,19 +14,11 @@ from typing import Any
 
 import torch
 
+from canvasread.canvas.engine.settings import torch_dtype_name
 from canvasread.canvas.engine.weights import build_random
 from canvasread.canvas.tokenizer import pretrained
 from canvasread.errors import MissingExtra
 from canvasread.types import ImageAsset
-
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
 
 
 @dataclass(frozen=True)
@@ -41,18 +33,33 @@ _LoadKey = tuple[str, str | None, str | None, str | None, float | None]
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """CUDA when present, else CPU; an explicit choice wins."""
+    """CUDA when present, else CPU; an explicit choice wins, when this machine has it."""
     if device:
-        return torch.device(device)
+        return present_device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def present_device(device: str) -> torch.device:
+    """`device` as torch reads it; refused (ValueError) when torch cannot read it or counts fewer devices of its kind
+    on this machine (`cuda` without CUDA, `cuda:1` beside one GPU, `mps` off a Mac), as nothing could load there.
+
+    Kinds torch keeps no count of (and the CPU, whatever its index) are left to the load.
+    """
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"unknown device {device!r}: {error}") from None
+    counter = getattr(getattr(torch, parsed.type, None), "device_count", None)
+    if parsed.type != "cpu" and counter is not None and (parsed.index or 0) >= (count := int(counter())):
+        raise ValueError(f"no device {device!r} on this machine: torch counts {count} {parsed.type} device(s)")
+    return parsed
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     """bf16 on GPUs, fp32 on CPUs (CPU bf16 matmuls are slow and lossy)."""
     if dtype:
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-        return DTYPES[dtype]
+        resolved: torch.dtype = getattr(torch, torch_dtype_name(dtype))
+        return resolved
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 

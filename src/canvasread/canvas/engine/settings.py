@@ -6,10 +6,21 @@ check settings before anything heavy is imported.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from canvasread.backends.base import MAX_BATCHES_AT_ONCE
 
+# The dtypes `--dtype` takes, each with the name of its torch dtype: spelled here, without torch, so a name the
+# engine cannot run in is refused before the port binds; the loader maps them to torch's (`loader.resolve_dtype`).
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 # Bytes of the KV store off a GPU (encoded prompts kept for reuse and the prompts a pass reads); on a GPU
 # the store takes a share of the memory left after the weights (`cache_bytes=None`).
 DEFAULT_CPU_CACHE_BYTES = 2 << 30
@@ -133,8 +144,14 @@ class EngineSettings:
             raise ValueError("gpus must be at least 1")
         if self.gpus > 1 and self.device is not None:
             raise ValueError("--gpus places one replica on each of cuda:0..N-1; leave --device out")
-        if (self.cache_bytes is not None and self.cache_bytes < 0) or self.max_rows < 1:
-            raise ValueError("cache_bytes must be >= 0 and max_rows >= 1")
+        if self.dtype is not None:
+            torch_dtype_name(self.dtype)
+        if self.random_init_std is not None and not (math.isfinite(self.random_init_std) and self.random_init_std >= 0):
+            raise ValueError(f"--random-weights must be a finite STD >= 0, not {self.random_init_std:g}")
+        if self.cache_bytes is not None and self.cache_bytes < 1:
+            raise ValueError("--kv-cache-gib must be positive: a KV store of no bytes holds no request's prompts")
+        if self.max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
         if self.batches_in_flight is not None and not 1 <= self.batches_in_flight <= MAX_BATCHES_AT_ONCE:
             raise ValueError(f"--batches-in-flight must be between 1 and {MAX_BATCHES_AT_ONCE}")
         if not 0.0 <= self.thought_share <= 1.0:
@@ -150,3 +167,10 @@ class EngineSettings:
         if self.batches_in_flight is not None:
             return self.batches_in_flight
         return GPU_BATCHES_IN_FLIGHT if on_gpu else CPU_BATCHES_IN_FLIGHT
+
+
+def torch_dtype_name(dtype: str) -> str:
+    """The torch dtype a `--dtype` name stands for; a name the engine cannot run in is refused (ValueError)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown --dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]

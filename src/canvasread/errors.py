@@ -143,6 +143,20 @@ class RequestTimeout(CanvasreadError):
     error_type = "request_timeout"
 
 
+class UriTooLong(CanvasreadError):
+    """A request line (method and URI) still unfinished when the HTTP parser's buffer is full (414)."""
+
+    status_code = 414
+    error_type = "uri_too_long"
+
+
+class HeadersTooLarge(CanvasreadError):
+    """Request headers still unfinished when the HTTP parser's buffer is full (431)."""
+
+    status_code = 431
+    error_type = "request_header_fields_too_large"
+
+
 class UnsupportedMediaType(CanvasreadError):
     """A body that is neither `application/json` nor `multipart/form-data` (415)."""
 

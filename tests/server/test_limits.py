@@ -185,7 +185,7 @@ def test_json_that_python_would_accept_but_cannot_answer_is_422(limited: str, ra
         ),
         (
             b'{"model": "jev-latest", "state": "x", "questions": {"q": {"type": "score", "criteria": [-Infinity]}}}',
-            ["questions", "q", "criteria", 0],
+            ["questions", "q", "score", "criteria", 0],
         ),
     ],
     ids=["nan", "infinity"],

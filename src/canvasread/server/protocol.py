@@ -37,6 +37,7 @@ from typing import ClassVar
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from canvasread.errors import BadRequest, HeadersTooLarge, UriTooLong
 from canvasread.server.responses import REQUEST_ID_HEADER, printable
 from canvasread.settings import ServerSettings
 
@@ -174,7 +175,7 @@ class GuardedH11Protocol(H11Protocol):
             self._send_error(*_head_too_large(self.conn.trailing_data[0]))
             return
         reason = f": {printable(str(error))}" if error is not None else ""
-        self._send_error(400, f"{msg.removesuffix('.')}{reason}", "bad_request")
+        self._send_error(BadRequest.status_code, f"{msg.removesuffix('.')}{reason}", BadRequest.error_type)
 
     def _send_error(self, status: int, message: str, error_type: str, extra: dict[bytes, bytes] | None = None) -> None:
         """Write one JSON error response on the raw connection and close it (no request cycle is running)."""
@@ -195,8 +196,8 @@ class GuardedH11Protocol(H11Protocol):
 def _head_too_large(unread: bytes) -> tuple[int, str, str]:
     """h11's one 431 (a request head past its buffer), as 414 while the request line has not ended yet."""
     if b"\n" not in unread:
-        return 414, "the request line (method and URI) is too long", "uri_too_long"
-    return 431, "the request headers are too large", "request_header_fields_too_large"
+        return UriTooLong.status_code, "the request line (method and URI) is too long", UriTooLong.error_type
+    return HeadersTooLarge.status_code, "the request headers are too large", HeadersTooLarge.error_type
 
 
 def guarded_protocol(config: ServerSettings) -> type[GuardedH11Protocol]:

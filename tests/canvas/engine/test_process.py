@@ -15,7 +15,8 @@ import pytest
 from helpers import eventually, post, serve_cli
 from reference import assert_same_read, mixed_reads
 
-from canvasread.canvas.engine.client import EngineClient, EngineUnloadable
+from canvasread.canvas.engine.client import EngineClient
+from canvasread.canvas.engine.launch import EngineUnloadable
 from canvasread.canvas.engine.loader import load_checkpoint
 from canvasread.canvas.engine.reader import InProcessReader
 from canvasread.canvas.engine.runner import FusedRunner
@@ -83,19 +84,38 @@ def test_a_checkpoint_the_engine_process_cannot_load_is_one_line(tmp_path: Path)
     assert "\n" not in str(failed.value) and str(failed.value)
 
 
-def test_a_dead_engine_process_is_a_health_problem_and_a_503(
+def test_a_dead_engine_process_is_a_503_until_it_has_started_again(
+    engine: EngineClient, model: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed (out of memory, say), the engine's death is logged at ERROR and its calls answer 503; a new engine
+    process loads in its place and answers as the old one did."""
+    [read] = mixed_reads(int(model.config.text_config.vocab_size))[:1]
+    [before] = engine.read([read])
+    dead = engine.pid
+    assert dead is not None and engine.health_problem() is None
+    os.kill(dead, signal.SIGKILL)
+    eventually(lambda: engine.health_problem() is not None, what="the death noticed")
+    assert "exit code -9" in str(engine.health_problem()) and "starting again" in str(engine.health_problem())
+    with pytest.raises(NotReady):  # the new engine waits a second before it loads: it cannot answer yet
+        engine.read([read])
+    [logged] = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert "exit code -9" in logged.getMessage() and "starting again" in logged.getMessage()
+    eventually(lambda: engine.health_problem() is None, what="the engine started again", timeout=120)
+    assert engine.pid not in (None, dead)
+    [after] = engine.read([read])
+    assert_same_read(read, after, before)
+
+
+def test_closing_ends_the_engine_process_quietly(
     tiny_thinking_checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = EngineClient.start(str(tiny_thinking_checkpoint), SETTINGS)
-    assert client.health_problem() is None and client.pid is not None
-    os.kill(client.pid, signal.SIGKILL)
-    eventually(lambda: client.health_problem() is not None, what="the death noticed")
-    assert "exit code" in str(client.health_problem())
-    [logged] = [record for record in caplog.records if record.levelno == logging.ERROR]
-    assert "exit code -9" in logged.getMessage() and "restarted" in logged.getMessage()
+    client.close()
+    eventually(lambda: client.health_problem() is not None, what="the end noticed")
+    assert "has ended" in str(client.health_problem()) and "starting again" not in str(client.health_problem())
     with pytest.raises(NotReady):
         client.read([CanvasRead((2, 3, 4), 0, (5, 6, 7), ())])
-    client.close()
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
 def test_serve_with_the_engine_process_answers_over_http(tiny_thinking_checkpoint: Path) -> None:

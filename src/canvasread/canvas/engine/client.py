@@ -8,8 +8,11 @@ call not yet sent, whose news the engine could not place), so their work
 stops between passes as in process; with dozens of
 batches in flight, one thread polling beats each caller waking 50 times a
 second. One thread receives every answer and keeps the engine's latest
-counters. If the engine process dies, every waiting call and every later
-one fails with a 503 and `health_problem` says why.
+counters. If the engine process dies, every waiting call fails with a 503,
+and so does every later one while a new engine process loads (`health_problem`
+says why): the death is logged and the engine started again, at once after a
+life of a minute or more, else after a pause that doubles (1 s to a minute)
+while it keeps dying young. An engine that cannot load again stays down.
 """
 
 from __future__ import annotations
@@ -18,17 +21,15 @@ import atexit
 import contextlib
 import itertools
 import logging
-import multiprocessing
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from canvasread.backends.base import Gone, never_gone
-from canvasread.canvas.engine.messages import Answer, Call, CallKind, Close, Left, Ready, Start, Unloadable
+from canvasread.canvas.engine.launch import CLOSE_WAIT_S, EngineUnloadable, Launch, Link, stop
+from canvasread.canvas.engine.messages import Answer, Call, CallKind, Close, Left
 from canvasread.canvas.engine.settings import EngineSettings
 from canvasread.canvas.reader import CanvasRead, SlotLogProbs
 from canvasread.canvas.thinker import Thought, ThoughtRequest
@@ -37,12 +38,10 @@ from canvasread.errors import NotReady
 logger = logging.getLogger(__name__)
 # How often a waiting call checks whether its items' callers have left.
 LEFT_POLL_S = 0.02
-# How long closing waits for the engine process to end before it is terminated.
-CLOSE_WAIT_S = 5.0
-
-
-class EngineUnloadable(RuntimeError):
-    """The engine process could not load the checkpoint, or ended before it was ready."""
+# An engine process that lived this long is started again at once when it dies; one that died younger waits a
+# pause that doubles from 1 s up to MAX_RESTART_PAUSE_S, so an engine that keeps dying does not spin.
+STABLE_S = 60.0
+MAX_RESTART_PAUSE_S = 60.0
 
 
 @dataclass
@@ -62,22 +61,26 @@ class _Waiting:
 
 
 class EngineClient:
-    """Reads and thinks through an engine process; callable from any number of threads."""
+    """Reads and thinks through an engine process, started again when it dies; callable from any number of
+    threads."""
 
     stops_departed_reads = True
 
-    def __init__(self, process: BaseProcess, connection: Connection, ready: Ready) -> None:
-        self.ready = ready
-        self._process = process
-        self._connection = connection
+    def __init__(self, link: Link, spec: str, settings: EngineSettings) -> None:
+        self.ready = link.ready
+        self._link = link
+        self._spec, self._settings = spec, settings
         self._numbers = itertools.count()
         self._waiting: dict[int, _Waiting] = {}
-        self._calls = threading.Condition()  # a call began waiting
+        self._calls = threading.Condition()  # a call began waiting, or the server is closing
         self._sending = threading.Lock()
-        self._counters: Mapping[str, float] = ready.counters
+        self._counters: Mapping[str, float] = link.ready.counters
         self._dead: str | None = None
-        self._closing = False
-        threading.Thread(target=self._receive, name="canvasread-engine-answers", daemon=True).start()
+        self._closing = threading.Event()
+        self._launch: Launch | None = None  # a new engine process loading
+        self._started = time.monotonic()
+        self._pause = 0.0
+        self._receiving(link)
         threading.Thread(target=self._watch, name="canvasread-engine-departures", daemon=True).start()
         # Before multiprocessing's own exit handler, which would wait for the engine process forever: the engine
         # ends when told to or when this end of the pipe closes, and that happens only at exit.
@@ -86,22 +89,7 @@ class EngineClient:
     @classmethod
     def start(cls, spec: str, settings: EngineSettings) -> EngineClient:
         """Start the engine process and wait until it has loaded and warmed up (or say why it could not)."""
-        from canvasread.canvas.engine.worker import run_engine
-
-        context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
-        ours, theirs = context.Pipe()
-        process = context.Process(target=run_engine, args=(theirs, Start(spec, settings)), name="canvasread-engine")
-        process.start()
-        theirs.close()
-        try:
-            message = _first_message(process, ours)
-        except EOFError:
-            message = Unloadable(f"the engine process ended (exit code {process.exitcode}) before it was ready")
-        if isinstance(message, Unloadable):
-            process.join()
-            raise EngineUnloadable(message.reason)
-        assert isinstance(message, Ready)
-        return cls(process, ours, message)
+        return cls(Launch(spec, settings).wait(), spec, settings)
 
     def read(self, reads: Sequence[CanvasRead], gone: Gone = never_gone) -> list[list[SlotLogProbs]]:
         return [result if result is not None else [] for result in self._call("read", reads, gone)]
@@ -112,7 +100,7 @@ class EngineClient:
     @property
     def pid(self) -> int | None:
         """The engine process's id (for operators' tools and tests)."""
-        return self._process.pid
+        return self._link.process.pid
 
     def counters(self) -> Mapping[str, float]:
         """The engine's counters as of its last answer."""
@@ -122,15 +110,19 @@ class EngineClient:
         return self._dead
 
     def close(self) -> None:
-        """Ask the engine process to stop, and make sure it has."""
-        self._closing = True
-        if self._process.is_alive():
+        """Ask the engine process to stop, and make sure it has (and that none is starting again)."""
+        with self._calls:
+            self._closing.set()
+            self._calls.notify_all()
+            launch = self._launch
+        if launch is not None:
+            launch.stop()
+        process = self._link.process
+        if process.is_alive():
             with contextlib.suppress(OSError):
                 self._send(Close())
-            self._process.join(CLOSE_WAIT_S)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(CLOSE_WAIT_S)
+            process.join(CLOSE_WAIT_S)
+        stop(process)
 
     def _call(self, kind: CallKind, items: Sequence[Any], gone: Gone) -> Sequence[Any]:
         if not items:
@@ -162,20 +154,18 @@ class EngineClient:
 
     def _send(self, message: object) -> None:
         with self._sending:
-            self._connection.send(message)
+            self._link.connection.send(message)
 
     def _watch(self) -> None:
         """Poll the sent calls' callers while any call waits; tell the engine of each item whose caller left."""
-        while self._dead is None:
+        while not self._closing.is_set():
             with self._calls:
-                while not (calls := self._sent()) and self._dead is None:
+                while not (calls := self._sent()) and not self._closing.is_set():
                     self._calls.wait()
             for number, waiting in calls:
                 if left := waiting.departed():
-                    try:
+                    with contextlib.suppress(OSError):  # the pipe broke: the receiving thread says so
                         self._send(Left(number, left))
-                    except OSError:
-                        return  # the pipe broke: the receiving thread says so
             time.sleep(LEFT_POLL_S)
 
     def _sent(self) -> list[tuple[int, _Waiting]]:
@@ -183,10 +173,13 @@ class EngineClient:
         copied in one step first)."""
         return [(number, waiting) for number, waiting in list(self._waiting.items()) if waiting.sent]
 
-    def _receive(self) -> None:
+    def _receiving(self, link: Link) -> None:
+        threading.Thread(target=self._receive, args=(link,), name="canvasread-engine-answers", daemon=True).start()
+
+    def _receive(self, link: Link) -> None:
         while True:
             try:
-                answer = self._connection.recv()
+                answer = link.connection.recv()
             except (EOFError, OSError):
                 break
             self._counters = answer.counters
@@ -194,21 +187,47 @@ class EngineClient:
             if waiting is not None:
                 waiting.answer = answer
                 waiting.done.set()
-        self._process.join(1.0)
-        ended = f"the engine process has ended (exit code {self._process.exitcode})"
-        if not self._closing:  # nothing restarts it: the model answers 503 from now on
-            logger.error("%s; this model answers 503 until the server is restarted", ended)
+        link.process.join(1.0)
+        self._ended(f"the engine process has ended (exit code {link.process.exitcode})")
+
+    def _ended(self, ended: str) -> None:
+        """Fail every waiting call; unless the server is closing, say so and start the engine again."""
         with self._calls:
-            self._dead = ended
+            again = not self._closing.is_set()
+            self._dead = f"{ended}; it is starting again" if again else ended
             for number in list(self._waiting):
                 self._waiting.pop(number).done.set()
-            self._calls.notify()
+            self._calls.notify_all()
+        if again:
+            logger.error("%s: its calls failed with 503, and it is starting again", ended)
+            threading.Thread(target=self._restart, args=(ended,), name="canvasread-engine-restart", daemon=True).start()
 
-
-def _first_message(process: BaseProcess, connection: Connection) -> object:
-    """What the engine process says first (its load takes a while); EOFError if it ends without a word."""
-    while not connection.poll(1.0):
-        if not process.is_alive():
-            process.join()
-            raise EOFError
-    return connection.recv()
+    def _restart(self, ended: str) -> None:
+        """A new engine process in the dead one's place, after the pause its short life earned."""
+        young = time.monotonic() - self._started < STABLE_S
+        self._pause = min(MAX_RESTART_PAUSE_S, max(1.0, 2 * self._pause)) if young else 0.0
+        if self._closing.wait(self._pause):
+            return
+        with self._calls:
+            if self._closing.is_set():
+                return
+            launch = self._launch = Launch(self._spec, self._settings)
+        try:
+            link = launch.wait()
+        except EngineUnloadable as error:
+            with self._calls:
+                self._launch = None
+                if self._closing.is_set():  # stopped by close() while it loaded
+                    return
+                self._dead = f"{ended}, and starting it again failed: {error}"
+            logger.error("%s", self._dead)
+            return
+        with self._calls:
+            self._launch = None
+            if self._closing.is_set():
+                stop(link.process)
+                return
+            self._link, self._counters, self._dead = link, link.ready.counters, None
+            self._started = time.monotonic()
+        self._receiving(link)
+        logger.warning("the engine process started again (pid %s) and answers", link.process.pid)

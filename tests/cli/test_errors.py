@@ -64,3 +64,28 @@ def test_no_questions_and_no_state() -> None:
 
 def test_a_bad_setting_is_one_line() -> None:
     assert_one_line_error(canvasread("serve", "--port", "0"), "port must be 1..65535")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("serve", "--port", "abc"), "Invalid value for '--port'"),
+        (("serve", "--log-format", "xml"), "'xml' is not one of"),
+        (("serve", "--bogus"), "No such option: --bogus"),
+        (("nosuch",), "No such command 'nosuch'"),
+    ],
+    ids=["wrong-type", "not-a-choice", "unknown-flag", "unknown-command"],
+)
+def test_a_mistake_click_finds_is_one_line_too(args: tuple[str, ...], expected: str) -> None:
+    """Before any command runs, Click refuses it: one red line naming the help to read, not a boxed panel; its
+    exit status stays Click's for a usage mistake (2)."""
+    result = canvasread(*args)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert lines[0].endswith(f"{' serve' if args[0] == 'serve' else ''} -h')") and "(see '" in lines[0]
+
+
+def test_no_arguments_show_the_help() -> None:
+    result = canvasread()
+    assert "Usage:" in result.stdout and "serve" in result.stdout and "error" not in result.stderr

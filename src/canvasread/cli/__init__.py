@@ -1,7 +1,9 @@
 """The `canvasread` command: one module per subcommand; flags become settings, settings go to the library.
 
 Every command runs inside `guarded`, so a user's mistake reads as one red
-line and exit 1; `canvasread --debug …` shows the traceback instead.
+line and exit 1; `canvasread --debug …` shows the traceback instead. A
+mistake Click finds first (an unknown flag, a value of the wrong type) is one
+red line too, with Click's exit status 2.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from canvasread.cli.ask import OrderedCommand, ask
 from canvasread.cli.banking77 import banking77
 from canvasread.cli.bench import bench
 from canvasread.cli.calibrate import calibrate
-from canvasread.cli.errors import guarded, invocation
+from canvasread.cli.errors import fail, guarded, invocation, usage_failed
 from canvasread.cli.eval import eval_command
 from canvasread.cli.mcp import mcp
 from canvasread.cli.models import models
@@ -65,4 +67,11 @@ app.command()(version)
 
 
 def main() -> None:
-    app()
+    """Run a command; Click's usage mistakes read as one line too (`usage_failed`), not as its boxed panel."""
+    try:
+        status = app(standalone_mode=False)
+    except typer.Abort:
+        fail("aborted")
+    except typer.TyperException as error:  # Click's exceptions, as Typer raises them
+        usage_failed(error)
+    raise SystemExit(status if isinstance(status, int) else 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn, ParamSpec
+from typing import NoReturn, ParamSpec, Protocol, runtime_checkable
 
 import httpx
 import typer
@@ -57,6 +57,25 @@ def fail(message: str) -> NoReturn:
     """Print `message` as one red line (markup in it is shown as written) and exit 1."""
     error_console.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(1)
+
+
+def usage_failed(error: typer.TyperException) -> NoReturn:
+    """A mistake Click finds before any command runs (an unknown command or flag, a value of the wrong type): one
+    red line pointing at the command's help, and Click's exit status for it (2). Click's own "no arguments: here
+    is the help" has printed that help already."""
+    message = error.format_message() if isinstance(error, ClickError) else str(error)
+    if message:
+        context = getattr(error, "ctx", None)
+        where = f" (see '{context.command_path} -h')" if context is not None else ""
+        error_console.print(f"[red]error:[/red] {escape(message)}{where}")
+    raise SystemExit(error.exit_code)
+
+
+@runtime_checkable
+class ClickError(Protocol):
+    """What Click's exceptions (which Typer vendors under a private module) offer beyond Typer's own."""
+
+    def format_message(self) -> str: ...
 
 
 def warn(message: str) -> None:

@@ -77,6 +77,9 @@ def test_killing_one_of_two_upstreams_mid_run_loses_no_request(
     with standin_process(tiny_wide_checkpoint) as (first, victim), running(survivor) as second:
         wait_until(first + "/health", timeout=120)
         flags = ["--upstream", first, "--upstream", second, "--tokenizer", str(tiny_wide_checkpoint)]
+        # No latency budget: on a loaded machine the reads the kill cut short made the measured rate look slow
+        # enough to shed a request (529), which is admission's call, not a lost request.
+        flags += ["--max-queue-delay", "0"]
         with serve_cli(*flags, "--upstream-canvas-length", "256") as base:
             answered = 0
 

@@ -38,6 +38,7 @@ class CountingBackend(FunctionBackend):
     def __init__(self) -> None:
         super().__init__(rising, name="counting")
         self.totals = {"reads": 0.0, "rereads": 0.0, "encoder-runs": 0.0, "graph_misses/not_captured": 2.0}
+        self.totals["kv_store_free_pages"] = 7.0  # a level (`LEVELS`), not a total
 
     def decide(self, jobs: Sequence[DecisionRequest], gone: Gone = never_gone) -> list[DecisionResult | None]:
         results = []
@@ -128,6 +129,9 @@ def test_decider_series_read_the_queues_and_backend_counters() -> None:
     assert value(after, "canvasread_engine_encoder_runs_total", **model) == 3
     # "name/reason" counters are one series per reason.
     assert value(after, "canvasread_engine_graph_misses_total", **model, reason="not_captured") == 2
+    # A level is a gauge: no `_total`, which would tell Prometheus it never falls.
+    assert value(after, "canvasread_engine_kv_store_free_pages", **model) == 7
+    assert not any(name == "canvasread_engine_kv_store_free_pages_total" for name, _ in after)
 
     assert value(after, "canvasread_batches_total", **model) == len(backend.batches)
     assert value(after, "canvasread_batch_jobs_total", **model) == sum(backend.batches) == 3

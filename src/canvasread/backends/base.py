@@ -90,11 +90,15 @@ class Backend(Protocol[JobT]):
 AnyBackend = Backend[Any]
 
 
+# Keys of `ReportsCounters.counters()` that are levels at this moment, not totals (exported as gauges).
+LEVELS = frozenset({"kv_cache_entries", "kv_store_free_pages"})
+
+
 @runtime_checkable
 class ReportsCounters(Protocol):
     """Optional: a backend that counts its own work (reads, re-reads, prefix-cache hits...) for `/metrics`.
 
-    Values are monotonic totals since load, keyed by a short snake_case name.
+    Values are monotonic totals since load, keyed by a short snake_case name, except the keys in `LEVELS`.
     """
 
     def counters(self) -> Mapping[str, float]: ...

@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from canvasread import __version__
-from canvasread.backends.base import ReportsCounters
+from canvasread.backends.base import LEVELS, ReportsCounters
 from canvasread.decide import Decider
 from canvasread.served import ServedModel
 from canvasread.server.observe import RequestRecord, method_label
@@ -171,6 +171,15 @@ def _metric_name(key: str) -> str:
     return name.removesuffix("_total")
 
 
+def _backend_family(counter: str, name: str, labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
+    """A backend counter's family: a counter (`_total`), or a gauge for a level (`LEVELS`), which can fall."""
+    if counter in LEVELS:
+        return GaugeMetricFamily(f"canvasread_engine_{name}", f"Backend level {counter!r}, now.", labels=labels)
+    return CounterMetricFamily(
+        f"canvasread_engine_{name}", f"Backend counter {counter!r}, total since load.", labels=labels
+    )
+
+
 class DeciderCollector(Collector):
     """Reads the decider's models, queues and backend counters at scrape time (on the event loop, like the queues)."""
 
@@ -247,7 +256,7 @@ class DeciderCollector(Collector):
         return depth, limit, batches, jobs, dropped, shed, busy, sizes
 
     def _backend_counters(self, served: list[ServedModel]) -> Iterable[Metric]:
-        families: dict[str, CounterMetricFamily] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for model in served:
             backend = model.backend
             if not isinstance(backend, ReportsCounters):
@@ -263,10 +272,7 @@ class DeciderCollector(Collector):
                 name = _metric_name(counter)
                 family = families.get(name)
                 if family is None:
-                    labels = ["model", "reason"] if reason else ["model"]
-                    family = CounterMetricFamily(
-                        f"canvasread_engine_{name}", f"Backend counter {counter!r}, total since load.", labels=labels
-                    )
+                    family = _backend_family(counter, name, ["model", "reason"] if reason else ["model"])
                     families[name] = family
                 family.add_metric([model.card.name, reason] if reason else [model.card.name], float(value))
         return families.values()

@@ -38,6 +38,11 @@ class FieldProblem:
     ctx: dict[str, JSONValue] = field(default_factory=dict)
 
 
+# The most problems one 422 lists; past them, one entry counts the rest. A body of many bad questions would
+# otherwise answer with ten times its size.
+MAX_PROBLEMS = 64
+
+
 class InvalidRequest(CanvasreadError):
     """A request the model cannot answer as asked (422, FastAPI's `detail` list shape)."""
 
@@ -45,8 +50,12 @@ class InvalidRequest(CanvasreadError):
     error_type = "invalid_request"
 
     def __init__(self, problems: Sequence[FieldProblem]) -> None:
-        super().__init__("; ".join(f"{'.'.join(map(str, p.loc))}: {p.msg}" for p in problems))
-        self.problems = tuple(problems)
+        listed = tuple(problems[:MAX_PROBLEMS])
+        if len(problems) > MAX_PROBLEMS:
+            more = len(problems) - MAX_PROBLEMS
+            listed += (FieldProblem((), f"and {more} more problems (a 422 lists {MAX_PROBLEMS})", "more_problems"),)
+        super().__init__("; ".join(f"{'.'.join(map(str, p.loc))}: {p.msg}" for p in listed))
+        self.problems = listed
 
     @classmethod
     def at(cls, loc: Sequence[str | int], msg: str, input: JSONValue = None) -> InvalidRequest:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from canvasread.backends.base import FunctionBackend
 from canvasread.decide import Decider
-from canvasread.errors import InvalidRequest
+from canvasread.errors import MAX_PROBLEMS, InvalidRequest
 from canvasread.server.app import create_app
 from canvasread.server.strictjson import json_shape
 from canvasread.settings import ImageLimits, ServerSettings
@@ -102,6 +102,25 @@ def test_questions_per_request(limited: str) -> None:
     entry = problem_at(post(limited, {**body(), "questions": questions}), ["body", "questions"])
     assert entry["type"] == "too_long" and entry["ctx"] == {"max_length": 3}
     assert post(limited, {**body(), "questions": dict(list(questions.items())[:3])}).status_code == 200
+
+
+def test_too_many_questions_are_counted_before_any_is_validated(limited: str) -> None:
+    """Four questions of no known type: one problem, the count, not four type errors (validation's work and its
+    422 grow with the questions)."""
+    questions = {f"q{i}": {"type": "nope"} for i in range(4)}
+    response = post(limited, {**body(), "questions": questions})
+    assert [entry["loc"] for entry in response.json()["detail"]] == [["body", "questions"]]
+
+
+def test_a_422_lists_its_first_problems_and_counts_the_rest(backend: CountingBackend) -> None:
+    """A body of many bad questions answers with a bounded list, not with many times its own size."""
+    questions = {f"q{i}": {"type": "nope"} for i in range(100)}
+    with serve_app(create_app(Decider([backend]))) as base:
+        detail = post(base, {**body(), "questions": questions}).json()["detail"]
+    assert len(detail) == MAX_PROBLEMS + 1
+    assert [entry["loc"][:3] for entry in detail[:2]] == [["body", "questions", "q0"], ["body", "questions", "q1"]]
+    assert detail[-1]["loc"] == ["body"] and detail[-1]["type"] == "more_problems"
+    assert detail[-1]["msg"] == f"and {100 - MAX_PROBLEMS} more problems (a 422 lists {MAX_PROBLEMS})"
 
 
 def test_options_per_choice(limited: str) -> None:

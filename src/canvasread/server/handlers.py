@@ -19,7 +19,7 @@ from canvasread.decide import Decider
 from canvasread.server.body import check_headers, decode_content, is_multipart, parse_body, read_limited
 from canvasread.server.disconnect import cancel_on_disconnect
 from canvasread.server.events import stream_decision, wants_events
-from canvasread.server.limits import check_request
+from canvasread.server.limits import check_payload, check_request
 from canvasread.server.metrics import ServerMetrics
 from canvasread.server.observe import exchange
 from canvasread.server.origin import check_form_origin
@@ -82,6 +82,7 @@ class Handlers:
     async def ask(self, body: dict[str, Any]) -> dict[str, Any]:
         """A System One request that came another way (the `/mcp` tools): this server's parsing, limits, models."""
         config = self.config
+        check_payload(body, config)
         model, decision_request = parse_request(body, None, config.images, strict=config.strict)
         check_request(decision_request, config)
         return dict((await self.decider.decide(model, decision_request)).to_json())
@@ -90,6 +91,7 @@ class Handlers:
         config = self.config
         data = decode_content(raw, headers.get("content-encoding", ""), config.max_body_bytes)
         body = parse_body(data, headers.get("content-type", ""), config)
+        check_payload(body.payload, config)
         return parse_request(body.payload, body.parts, config.images, strict=config.strict)
 
     def models(self) -> dict[str, Any]:

@@ -49,8 +49,14 @@ def test_a_port_in_use_is_one_line_and_exit_1() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = canvasread("serve", "--port", str(port), timeout=60)
-    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
+    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use", "is a server running there?")
     assert result.stdout == ""  # no banner for a server that never ran, nor a model loaded after it stopped
+
+
+def test_a_host_that_is_not_this_machine_is_one_line_without_the_port_hint() -> None:
+    """192.0.2.1 (TEST-NET-1) is no address of this machine: the hint about a server on the port would mislead."""
+    line = assert_one_line_error(canvasread("serve", "--host", "192.0.2.1", timeout=60), "cannot listen on 192.0.2.1")
+    assert "is a server running there" not in line
 
 
 # One device past the GPUs torch counts here: cuda:0 on a CPU machine, as `--device cuda` there.

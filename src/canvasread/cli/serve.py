@@ -6,6 +6,8 @@ settings object the library checks; `serve` only wires them together.
 
 from __future__ import annotations
 
+import errno
+
 from canvasread import __version__
 from canvasread.calibration import Calibration
 from canvasread.catalog import open_decider
@@ -86,7 +88,8 @@ def _run(decider: Decider, server: ServerSettings, log_level: str) -> None:
         listener = listening_socket(server)
     except OSError as error:
         where = f"{server.host}:{server.port}"
-        raise UserError(f"cannot listen on {where}: {error.strerror or error} (is a server running there?)") from None
+        hint = " (is a server running there?)" if error.errno == errno.EADDRINUSE else ""
+        raise UserError(f"cannot listen on {where}: {error.strerror or error}{hint}") from None
     names = ", ".join(served.card.name for served in decider.served)
     console.print(f"canvasread {__version__} on http://{server.host}:{server.port} serving {names}")
     if server.api_keys:

@@ -37,6 +37,15 @@ def test_they_need_a_text_state_and_a_model_that_reads_it_back() -> None:
         )
 
 
+@pytest.mark.parametrize("kind", ["span", "spans"])
+@pytest.mark.parametrize("instructions", ["", "  \n"])
+def test_blank_instructions_ask_for_nothing_so_are_a_422(kind: str, instructions: str) -> None:
+    body = {"model": "m", "state": "s", "questions": {"q": {"type": kind, "instructions": instructions}}}
+    with pytest.raises(InvalidRequest, match="need instructions") as refused:
+        parse_request(body)
+    assert [problem.loc for problem in refused.value.problems] == [("questions", "q", kind, "instructions")]
+
+
 def test_a_span_is_read_at_one_blank_and_spans_list_pieces_with_a_separator() -> None:
     assert span.KIND.blank is not None and span.KIND.blank.separator is None
     assert spans.KIND.blank is not None and spans.KIND.blank.separator == spans.SEPARATOR

@@ -8,13 +8,20 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from canvasread.kinds.base import Content, Kind, QuestionBase, WireModel
+from canvasread.kinds.base import Content, Kind, QuestionBase, WireModel, description
 from canvasread.types import AskIfValue, Capabilities, DecisionRequest, Distribution, Found, JSONValue, Question
 
 
 class PiecesQuestion(QuestionBase):
     instructions: Content = Field(description="What to find in the state.")
     criteria: Any = Field(None, description="Not allowed: the answers are pieces of the state, not options.")
+
+    @field_validator("instructions")
+    @classmethod
+    def _asks_something(cls, value: Content) -> Content:
+        if description(value) is None:  # blank: nothing to find, as a noul's blank instructions ask nothing
+            raise ValueError("span questions need instructions: what to find in the state")
+        return value
 
     @field_validator("criteria")
     @classmethod

@@ -66,6 +66,14 @@ def test_a_store_too_small_evicts_the_cache_and_still_reads(tiny_decider: Decide
     assert_same_read(reads[0], result, fresh)
 
 
+def test_a_store_given_another_stores_budget_has_as_many_pages(tiny_decider: Decider) -> None:
+    """How an engine started in a dead one's place keeps the page count the server plans with."""
+    model = tiny_model(tiny_decider)
+    first = InProcessReader(FusedRunner(model), cache_bytes=123_457)
+    again = InProcessReader(FusedRunner(model), cache_bytes=first.store.budget)
+    assert again.store.pages == first.store.pages and first.store.budget <= 123_457
+
+
 def test_one_prompt_with_many_reads_does_not_fill_a_pass_while_another_waits(tiny_decider: Decider) -> None:
     """A request's 24 reads (samples times canvases) and another's one: the second is read in the first pass."""
     model = tiny_model(tiny_decider)

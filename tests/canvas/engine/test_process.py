@@ -102,6 +102,7 @@ def test_a_dead_engine_process_is_a_503_until_it_has_started_again(
     assert "exit code -9" in logged.getMessage() and "starting again" in logged.getMessage()
     eventually(lambda: engine.health_problem() is None, what="the engine started again", timeout=120)
     assert engine.pid not in (None, dead)
+    assert engine.counters()["kv_store_free_pages"] == engine.ready.pages, "a store of the first one's pages"
     [after] = engine.read([read])
     assert_same_read(read, after, before)
 

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from canvasread.backends.base import Gone, never_gone
@@ -69,7 +69,9 @@ class EngineClient:
     def __init__(self, link: Link, spec: str, settings: EngineSettings) -> None:
         self.ready = link.ready
         self._link = link
-        self._spec, self._settings = spec, settings
+        # An engine started in this one's place gets its store's budget: the GPU's default (a share of the memory
+        # free after start-up) could size it otherwise, and the server plans with this one's pages.
+        self._spec, self._settings = spec, replace(settings, cache_bytes=link.ready.store_bytes)
         self._numbers = itertools.count()
         self._waiting: dict[int, _Waiting] = {}
         self._calls = threading.Condition()  # a call began waiting, or the server is closing

@@ -64,6 +64,12 @@ class KVStore:
         return sum(2 * heads * dim * size for heads, dim in shapes)
 
     @property
+    def budget(self) -> int:
+        """The bytes its pages hold (the scratch slot aside): a store given this budget has as many pages."""
+        per_token = sum(tensor[0].nbytes for tensor in (*self.keys, *self.values))
+        return self.pages * self.page * per_token
+
+    @property
     def free_pages(self) -> int:
         return len(self._free)
 

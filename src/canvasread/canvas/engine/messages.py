@@ -27,12 +27,14 @@ class Start:
 
 @dataclass(frozen=True)
 class Ready:
-    """The engine is loaded and warm: what the server needs to know of it to plan and refuse."""
+    """The engine is loaded and warm: what the server needs to know of it to plan and refuse (`store_bytes`: its
+    KV store's budget, which an engine started in its place is given, so the server's page count stays true)."""
 
     fingerprint: str
     pages: int
     page: int
     counters: Mapping[str, float]
+    store_bytes: int
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ def run_engine(connection: Connection, start: Start) -> None:
     except Exception as error:  # reported as the server's load failure, in one line
         connection.send(Unloadable(f"{type(error).__name__}: {error}"))
         return
-    connection.send(Ready(loaded.fingerprint, reader.store.pages, reader.store.page, dict(reader.counters())))
+    store = reader.store
+    connection.send(Ready(loaded.fingerprint, store.pages, store.page, dict(reader.counters()), store.budget))
     Serving(connection, reader).run()
 
 

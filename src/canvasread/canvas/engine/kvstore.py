@@ -66,8 +66,8 @@ class KVStore:
     @property
     def budget(self) -> int:
         """The bytes its pages hold (the scratch slot aside): a store given this budget has as many pages."""
-        per_token = sum(tensor[0].nbytes for tensor in (*self.keys, *self.values))
-        return self.pages * self.page * per_token
+        shapes = [(keys.shape[1], keys.shape[2]) for keys in self.keys]
+        return self.pages * self.page * self.bytes_per_token(shapes, self.keys[0].dtype)
 
     @property
     def free_pages(self) -> int:

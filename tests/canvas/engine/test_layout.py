@@ -53,7 +53,7 @@ def test_a_flat_layout_has_its_buckets_shapes_and_writes_what_no_prompt_keeps_to
     layout = lay_out([prompt, canvas], bucket=16, attention=ATTENTION, flat=(32, scratch))
     assert layout.groups == [] and layout.flat is not None
     past, tokens = layout.flat.past, layout.flat.tokens
-    assert past.shape == (3, 32) and tokens.shape == (5, 16)
+    assert past.shape == (3, 32) and tokens.shape == (6, 16)
     assert past[0, :7].tolist() == [0, 1, 2, 3, 10, 11, 12] and set(past[0, 7:].tolist()) == {scratch}
     assert past[1].tolist() == [0] * 4 + [1] * 3 + [-1] * 25
     assert past[2, :7].tolist() == [0, 1, 2, 3, 0, 1, 2]
@@ -62,6 +62,8 @@ def test_a_flat_layout_has_its_buckets_shapes_and_writes_what_no_prompt_keeps_to
     assert tokens[2, :11].tolist() == [10] * 6 + [3] * 5  # a prompt's total counts its new tokens, a canvas's not
     assert tokens[3].tolist() == [1] * 6 + [0] * 10
     assert tokens[4].tolist() == list(range(40, 46)) + [scratch] * 10
+    assert layout.flat.ids.tolist() == list(range(3, 9)) + list(range(20, 25)) + [0] * 5
+    assert layout.flat.is_canvas.tolist() == [False] * 6 + [True] * 5 + [False] * 5  # padding is no canvas
     masks = flat_masks(layout.flat, ATTENTION)
     for kind, (heads, kv_heads) in ATTENTION.heads.items():
         assert masks[kind].shape == (1, 1, heads // kv_heads * 16, 48)

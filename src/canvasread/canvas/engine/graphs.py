@@ -9,8 +9,10 @@ mix of prompts and lengths replays the same graphs; padding tokens' outputs
 are never read, and no real token attends to them.
 
 A flat pass (`layout.py`) is captured whole, once per (tokens, past) bucket,
-after the KV store exists (the graph reads and writes it): its attention
-inputs are copied into the graph's own before each replay.
+after the KV store exists (the graph reads and writes it), its embedding
+included: its inputs (token ids, roles, past keys) are copied into the
+graph's own before each replay, the canvas rows' self-conditioning into the
+buffer the graph reads.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from canvasread.canvas.engine.layers import Buffers, LayerStack
-from canvasread.canvas.engine.layout import FlatAttention
+from canvasread.canvas.engine.layout import FlatInputs
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class PieceGraphs:
 
     def __init__(self) -> None:
         self._graphs: dict[int, list[Graph]] = {}
-        self._flat: dict[tuple[int, int], tuple[Graph, FlatAttention]] = {}
+        self._flat: dict[tuple[int, int], tuple[Graph, FlatInputs]] = {}
         self._pool: Any = None
         self.captures = 0
         self.replays = 0
@@ -80,7 +82,7 @@ class PieceGraphs:
             self._pool = torch.cuda.graph_pool_handle()
         return self._pool
 
-    def capture_flat(self, inputs: FlatAttention, run: Callable[[FlatAttention], None]) -> bool:
+    def capture_flat(self, inputs: FlatInputs, run: Callable[[FlatInputs], None]) -> bool:
         """Capture `run` of a flat pass over `inputs` (kept: each replay's inputs are copied into them), after an
         eager run has warmed its kernels; False if it failed."""
         shape = (int(inputs.tokens.shape[1]), int(inputs.past.shape[1]))
@@ -97,7 +99,7 @@ class PieceGraphs:
         """Whether the flat pass of this (tokens, past) shape was captured."""
         return shape in self._flat
 
-    def replay_flat(self, flat: FlatAttention) -> None:
+    def replay_flat(self, flat: FlatInputs) -> None:
         """Replay the captured flat pass of `flat`'s shape with `flat`'s inputs."""
         graph, inputs = self._flat[(int(flat.tokens.shape[1]), int(flat.past.shape[1]))]
         inputs.past.copy_(flat.past)

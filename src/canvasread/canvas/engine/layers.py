@@ -23,7 +23,7 @@ compare against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
 from canvasread.canvas.engine.kvstore import KVStore
-from canvasread.canvas.engine.layout import Attention, FlatAttention, PassLayout
+from canvasread.canvas.engine.layout import Attention, FlatInputs, PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 # Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
@@ -52,6 +52,7 @@ class Buffers:
     keys: dict[str, torch.Tensor]  # [tokens, kv_heads, head_dim]
     values: dict[str, torch.Tensor]
     attended: dict[str, torch.Tensor]  # [tokens, heads, head_dim]
+    signal: torch.Tensor  # [tokens, width]: canvas tokens' self-conditioning input (zeros where a row has none)
 
     def view(self, tokens: int) -> Buffers:
         """The first `tokens` rows of every buffer (the same memory: what a graph of that bucket captured)."""
@@ -62,6 +63,7 @@ class Buffers:
             {kind: t[:tokens] for kind, t in self.keys.items()},
             {kind: t[:tokens] for kind, t in self.values.items()},
             {kind: t[:tokens] for kind, t in self.attended.items()},
+            self.signal[:tokens],
         )
 
 
@@ -124,21 +126,42 @@ class LayerStack:
             {kind: zeros(kv, dim) for kind, (_, kv, dim) in shapes.items()},
             {kind: zeros(kv, dim) for kind, (_, kv, dim) in shapes.items()},
             {kind: zeros(heads, dim) for kind, (heads, _, dim) in shapes.items()},
+            zeros(weight.shape[-1]),
         )
 
     def embed_into(self, layout: PassLayout, views: Buffers) -> None:
-        """Token embeddings, image features and self-conditioning of the canvas tokens, then rotary, into `views`."""
-        hidden = self.embed(layout.tokens[None])
-        for offset, features in layout.images:
-            hidden[0, offset : offset + features.shape[0]] = features.to(hidden.dtype)
-        # Canvas embeddings pass through self-conditioning: the previous step's soft embeddings, or zeros at a first.
-        signal = torch.zeros_like(hidden)
+        """A grouped pass's inputs into `views`: its canvas rows' self-conditioning, then `embed` (images too)."""
+        self.signals_into(layout, views)
+        self.embed_tokens(layout.tokens, layout.positions, layout.is_canvas, views, layout.images)
+
+    def signals_into(self, layout: PassLayout, views: Buffers) -> None:
+        """Each canvas row's self-conditioning input at its tokens, zeros elsewhere (a row's first step has none).
+        Eager before a flat pass's graph: the rows that carry one, and where, change from pass to pass."""
+        views.signal.zero_()
         for offset, soft in layout.signals:
-            signal[0, offset : offset + soft.shape[0]] = soft.to(hidden.dtype)
-        conditioned = self.self_conditioning(hidden, signal)
-        views.hidden.copy_(torch.where(layout.is_canvas[None, :, None], conditioned, hidden)[0])
+            views.signal[offset : offset + soft.shape[0]] = soft.to(views.signal.dtype)
+
+    def embed_flat(self, flat: FlatInputs, views: Buffers) -> None:
+        """A flat pass's embedding, from its inputs alone: inside its graph (it holds no image)."""
+        self.embed_tokens(flat.ids, flat.positions, flat.is_canvas, views)
+
+    def embed_tokens(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        is_canvas: torch.Tensor,
+        views: Buffers,
+        images: Sequence[tuple[int, torch.Tensor]] = (),
+    ) -> None:
+        """Token embeddings (image features in place of their soft tokens), the canvas tokens passed through
+        self-conditioning on `views.signal`, and each layer kind's rotary, into `views`."""
+        hidden = self.embed(ids[None])
+        for offset, features in images:
+            hidden[0, offset : offset + features.shape[0]] = features.to(hidden.dtype)
+        conditioned = self.self_conditioning(hidden, views.signal[None])
+        views.hidden.copy_(torch.where(is_canvas[None, :, None], conditioned, hidden)[0])
         for kind in self.kinds:
-            cos, sin = self.rotary(hidden, layout.positions[None], kind)
+            cos, sin = self.rotary(hidden, positions[None], kind)
             views.rope[kind][0].copy_(cos[0])
             views.rope[kind][1].copy_(sin[0])
 
@@ -177,7 +200,7 @@ class LayerStack:
             out_rows.index_copy_(0, group.targets[kind], attended[group.picks[kind]])
 
     def attend_flat(
-        self, index: int, views: Buffers, flat: FlatAttention, masks: dict[str, torch.Tensor], store: KVStore
+        self, index: int, views: Buffers, flat: FlatInputs, masks: dict[str, torch.Tensor], store: KVStore
     ) -> None:
         """`attend` for a flat pass (`layout.py`): every token's keys to the store, then one attention of every
         token over the past keys and the pass's own, each key head's query heads folded along the queries.

@@ -18,9 +18,10 @@ additive (0 or -inf in the model's dtype), so no layer converts it again.
 A small pass attends flat instead (`Buckets.flat_shape`): one attention of
 every token over the rows' past keys (laid out row after row, padded to a
 past bucket) and the pass's own keys, masked to each token's own row
-(`masks.flat_mask`). Its inputs have the same shapes for any rows of one
-(tokens, past) bucket, so on a GPU the whole pass replays one graph, the
-masks built inside it.
+(`masks.flat_mask`). Its inputs (`FlatInputs`: the token ids and roles, the
+past keys) have the same shapes for any rows of one (tokens, past) bucket,
+so on a GPU the whole pass replays one graph, the embedding and the masks
+built inside it.
 """
 
 from __future__ import annotations
@@ -57,16 +58,31 @@ class AttentionGroup:
 
 
 @dataclass(frozen=True)
-class FlatAttention:
-    """The inputs of a flat pass's attention (the module docstring's last paragraph). Every token's keys are
-    written to the store, those no prompt keeps to its scratch slot, so the writes have one shape too."""
+class FlatInputs:
+    """What a flat pass's graph reads besides the self-conditioning (the module docstring's last paragraph): its
+    tokens, their roles and the past keys they attend to, so the embedding runs inside the graph too. Every
+    token's keys are written to the store, those no prompt keeps to its scratch slot, so the writes have one
+    shape too."""
 
     past: torch.Tensor  # [3, past]: each past key's store slot (padding: scratch), row (-1: padding), position
-    tokens: torch.Tensor  # [5, tokens]: each token's row (-1: padding), position, prompt total, prompt (1) or
-    # canvas (0), and the store slot its keys go to
+    tokens: torch.Tensor  # [6, tokens]: each token's row (-1: padding), position, prompt total, prompt (1) or
+    # canvas (0), the store slot its keys go to, and its token id
 
-    def to(self, device: torch.device) -> FlatAttention:
-        return FlatAttention(self.past.to(device), self.tokens.to(device))
+    def to(self, device: torch.device) -> FlatInputs:
+        return FlatInputs(self.past.to(device), self.tokens.to(device))
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self.tokens[5]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.tokens[1]
+
+    @property
+    def is_canvas(self) -> torch.Tensor:
+        """The canvas tokens (not padding, not a prompt's)."""
+        return (self.tokens[3] == 0) & (self.tokens[0] >= 0)
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,7 @@ class PassLayout:
     slots: torch.Tensor  # the store slots they go to
     starts: list[int]  # each row's first flat token
     groups: list[AttentionGroup]  # none when the pass attends flat
-    flat: FlatAttention | None
+    flat: FlatInputs | None
     images: list[tuple[int, torch.Tensor]]  # (flat offset, features)
     signals: list[tuple[int, torch.Tensor]]  # (flat offset, self-conditioning of a canvas row)
 
@@ -138,13 +154,13 @@ def lay_out(
         torch.cat([empty, *slots]).to(device),
         starts,
         [] if flat is not None else [_group(rows, starts, members, attention) for members in _grouping(rows)],
-        _flat(rows, starts, positions, *flat).to(device) if flat is not None else None,
+        _flat(rows, starts, tokens, positions, *flat).to(device) if flat is not None else None,
         [(start + offset, features) for row, start in placed for offset, features in row.images],
         [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
     )
 
 
-def flat_masks(flat: FlatAttention, attention: Attention) -> dict[str, torch.Tensor]:
+def flat_masks(flat: FlatInputs, attention: Attention) -> dict[str, torch.Tensor]:
     """Per layer kind, a flat pass's additive mask repeated once per folded head: [1, 1, fold * tokens, keys]."""
     masks = {}
     for kind, (heads, kv_heads) in attention.heads.items():
@@ -155,22 +171,29 @@ def flat_masks(flat: FlatAttention, attention: Attention) -> dict[str, torch.Ten
     return masks
 
 
-def padding_flat(tokens: int, past: int, scratch: int, device: torch.device) -> FlatAttention:
+def padding_flat(tokens: int, past: int, scratch: int, device: torch.device) -> FlatInputs:
     """The inputs of a flat pass of `tokens` tokens over `past` past keys that are all padding (what `lay_out`
-    fills in, and what start-up captures a flat shape over): writes and past keys at the store's scratch slot."""
-    return FlatAttention(
+    fills in, and what start-up captures a flat shape over): writes and past keys at the store's scratch slot,
+    token id 0."""
+    return FlatInputs(
         torch.tensor([[scratch], [-1], [0]], device=device).repeat(1, past),
-        torch.tensor([[-1], [0], [0], [0], [scratch]], device=device).repeat(1, tokens),
+        torch.tensor([[-1], [0], [0], [0], [scratch], [0]], device=device).repeat(1, tokens),
     )
 
 
 def _flat(
-    rows: Sequence[Row], starts: Sequence[int], positions: torch.Tensor, past_bucket: int, scratch: int
-) -> FlatAttention:
-    """A flat pass's inputs on the CPU: each row's past keys after the last row's, each token's role."""
+    rows: Sequence[Row],
+    starts: Sequence[int],
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    past_bucket: int,
+    scratch: int,
+) -> FlatInputs:
+    """A flat pass's inputs on the CPU: each row's past keys after the last row's, each token's id and role."""
     flat = padding_flat(len(positions), past_bucket, scratch, torch.device("cpu"))
     past, tokens = flat.past, flat.tokens
     tokens[1] = positions
+    tokens[5] = ids
     cursor = 0
     for number, (row, start) in enumerate(zip(rows, starts, strict=True)):
         cached, end = len(row.past), start + len(row.ids)

@@ -22,7 +22,7 @@ from canvasread.canvas.engine.graphs import Graph, PieceGraphs
 from canvasread.canvas.engine.heads import SlotHead
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layers import Buffers, LayerStack
-from canvasread.canvas.engine.layout import FlatAttention, PassLayout, flat_masks, lay_out, padding_flat
+from canvasread.canvas.engine.layout import FlatInputs, PassLayout, flat_masks, lay_out, padding_flat
 from canvasread.canvas.engine.loader import process_images
 from canvasread.canvas.engine.rows import NO_PAST, Row, RowOutput
 from canvasread.canvas.engine.sampling import Scaled
@@ -84,10 +84,11 @@ class FusedRunner:
         flat = (shape[1], store.scratch) if shape is not None else None
         layout = lay_out(rows, bucket=bucket, attention=stack.attention, flat=flat)
         views = self.buffers.view(bucket)
-        stack.embed_into(layout, views)
         if layout.flat is not None:
+            stack.signals_into(layout, views)
             self._flat(layout.flat, views, store)
         else:
+            stack.embed_into(layout, views)
             self._grouped(layout, views, store)
         hidden = views.hidden
         slot_tokens = [start + p for row, start in zip(rows, layout.starts, strict=True) for p in row.slot_positions]
@@ -118,7 +119,7 @@ class FusedRunner:
             self.misses["not_captured"] += 1
         self._layers(views, graphs, functools.partial(self.stack.attend, views=views, layout=layout, store=store))
 
-    def _flat(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
+    def _flat(self, flat: FlatInputs, views: Buffers, store: KVStore) -> None:
         """The layers of a flat pass: its whole graph replayed on a GPU (`_flat_shape` picks captured shapes
         only), else the layers run."""
         self.flat_passes += 1
@@ -127,7 +128,9 @@ class FusedRunner:
         else:
             self._flat_layers(flat, views, store)
 
-    def _flat_layers(self, flat: FlatAttention, views: Buffers, store: KVStore) -> None:
+    def _flat_layers(self, flat: FlatInputs, views: Buffers, store: KVStore) -> None:
+        """A flat pass from its inputs on: embedding, masks, then every layer (what its graph holds)."""
+        self.stack.embed_flat(flat, views)
         masks = flat_masks(flat, self.stack.attention)
         attend = functools.partial(self.stack.attend_flat, views=views, flat=flat, masks=masks, store=store)
         self._layers(views, None, attend)

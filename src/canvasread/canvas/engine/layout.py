@@ -39,7 +39,9 @@ from canvasread.canvas.engine.rows import Row
 GROUP_PAIRS = 1 << 24
 # Keys per attention row are padded to a multiple of this (the memory-efficient kernel's mask alignment).
 KEY_ALIGN = 16
-# Padding a group may add beyond twice its real query-key pairs (small rows group freely).
+# A group's padded query-key pairs stay within this many times its real ones, plus GROUP_SLACK (small rows group
+# freely): fewer groups launch less, tighter ones compute less padding.
+GROUP_PADDING = 2.0
 GROUP_SLACK = 1 << 12
 
 
@@ -226,7 +228,7 @@ def _grouping(rows: Sequence[Row]) -> list[list[int]]:
         if groups:
             members = len(groups[-1]) + 1
             padded = members * max(widest_new, new) * max(widest_keys, keys)
-            if padded <= 2 * (real + new * keys) + GROUP_SLACK and padded <= GROUP_PAIRS:
+            if padded <= GROUP_PADDING * (real + new * keys) + GROUP_SLACK and padded <= GROUP_PAIRS:
                 groups[-1].append(b)
                 real += new * keys
                 widest_new, widest_keys = max(widest_new, new), max(widest_keys, keys)

@@ -294,13 +294,18 @@ def zstd(data: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     ("encoding", "raw", "says"),
-    [
-        ("zstd", zstd(body_text())[:-8], "truncated"),
-        ("zstd", zstd(body_text()) + zstd(b"trailing"), "after its frame"),
-        ("gzip", gzip.compress(body_text())[:-6], "truncated"),
-        ("gzip", gzip.compress(body_text()) + b"garbage", "after its end"),
-        ("gzip", gzip.compress(body_text()) + gzip.compress(b"{}"), "after its end"),
-        ("deflate", zlib.compress(body_text())[:-3], "truncated"),
+    [  # named ids and gzip's mtime 0: pytest-xdist's workers must collect the same test names
+        pytest.param("zstd", zstd(body_text())[:-8], "truncated", id="zstd-truncated"),
+        pytest.param("zstd", zstd(body_text()) + zstd(b"trailing"), "after its frame", id="zstd-trailing"),
+        pytest.param("gzip", gzip.compress(body_text(), mtime=0)[:-6], "truncated", id="gzip-truncated"),
+        pytest.param("gzip", gzip.compress(body_text(), mtime=0) + b"garbage", "after its end", id="gzip-garbage"),
+        pytest.param(
+            "gzip",
+            gzip.compress(body_text(), mtime=0) + gzip.compress(b"{}", mtime=0),
+            "after its end",
+            id="gzip-two-members",
+        ),
+        pytest.param("deflate", zlib.compress(body_text())[:-3], "truncated", id="deflate-truncated"),
     ],
 )
 def test_incomplete_or_padded_compression_is_400(base: str, encoding: str, raw: bytes, says: str) -> None:

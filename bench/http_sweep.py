@@ -4,6 +4,12 @@ Usage: python3 bench/http_sweep.py URL MODEL OUT.json
            --workload standard|cold|think|span|steps4|mixed|mixed-samples1|think-beside
            --quantization bf16|fp8-experts --server-command "..." [--levels 1,2,4] [--duration 5]
            [--baseline MODEL --baseline-levels 1,4] [--fresh] [--thinkers 8]
+           [--model-note "..."] [--command "..."]
+
+`--model-note` and `--command` say what was served and the command that
+reproduces the whole run; their defaults describe `bench/gpu_bench.sh`'s
+(the full 26B-A4B shape with random weights), so a sweep of anything else
+names its own.
 
 With --fresh (a server started just before) no level is warmed up first, so
 the sweep's first minute is what the first users of a new server see:
@@ -46,6 +52,9 @@ TARGETS = {
 
 
 BESIDE = "think-beside"
+# What `bench/gpu_bench.sh` serves and runs: the defaults of --model-note and --command.
+GPU_MODEL = "DiffusionGemma-26B-A4B shape (config.json of the checkpoint), random N(0, 0.02) weights"
+GPU_COMMAND = 'PACK="$OUT/bench.tgz" bash bench/gpu_bench.sh .cache/gpu/dgemma /tmp/bench  # one H200, device tool'
 
 
 def main() -> None:
@@ -63,19 +72,20 @@ def main() -> None:
     parser.add_argument("--gpu", default="unknown")
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--thinkers", type=int, default=THINKERS, help=f"think clients beside ({BESIDE} only)")
+    parser.add_argument("--model-note", default=GPU_MODEL, help="what the server serves, for the report")
+    parser.add_argument("--command", default=GPU_COMMAND, help="the command that reproduces the whole run")
     args = parser.parse_args()
     levels = [int(n) for n in args.levels.split(",")]
     extra = {
         "bench_command": " ".join(["python3", *sys.argv]),
         "server_command": args.server_command,
-        "model": "DiffusionGemma-26B-A4B shape (config.json of the checkpoint), random N(0, 0.02) weights",
+        "model": args.model_note,
         "software": {"python": platform.python_version(), **{p: version(p) for p in ("torch", "transformers")}},
         "targets": TARGETS[args.quantization],
         "clients": "closed loop over loopback HTTP; after a 529 a client waits its retry hint before its next request",
     }
-    command = 'PACK="$OUT/bench.tgz" bash bench/gpu_bench.sh .cache/gpu/dgemma /tmp/bench  # one H200, device tool'
     run = beside if args.workload == BESIDE else sweep
-    result = run(args, levels, extra, command)
+    result = run(args, levels, extra, args.command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

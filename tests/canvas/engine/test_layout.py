@@ -64,6 +64,9 @@ def test_a_flat_layout_has_its_buckets_shapes_and_writes_what_no_prompt_keeps_to
     assert tokens[4].tolist() == list(range(40, 46)) + [scratch] * 10
     assert layout.flat.ids.tolist() == list(range(3, 9)) + list(range(20, 25)) + [0] * 5
     assert layout.flat.is_canvas.tolist() == [False] * 6 + [True] * 5 + [False] * 5  # padding is no canvas
+    grouped = lay_out([prompt, canvas], bucket=16, attention=ATTENTION)
+    for name in ("tokens", "positions", "is_canvas"):  # a flat pass's rows are its inputs', the same values
+        assert torch.equal(getattr(layout, name), getattr(grouped, name)), name
     masks = flat_masks(layout.flat, ATTENTION)
     for kind, (heads, kv_heads) in ATTENTION.heads.items():
         assert masks[kind].shape == (1, 1, heads // kv_heads * 16, 48)

@@ -130,7 +130,8 @@ class LayerStack:
         )
 
     def embed_into(self, layout: PassLayout, views: Buffers) -> None:
-        """A grouped pass's inputs into `views`: its canvas rows' self-conditioning, then `embed` (images too)."""
+        """A grouped pass's inputs into `views`: its canvas rows' self-conditioning, then `embed_tokens` (images
+        too)."""
         self.signals_into(layout, views)
         self.embed_tokens(layout.tokens, layout.positions, layout.is_canvas, views, layout.images)
 

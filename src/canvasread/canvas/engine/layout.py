@@ -147,16 +147,19 @@ def lay_out(
     empty = torch.zeros(0, dtype=torch.long)
     placed = list(zip(rows, starts, strict=True))
     device = attention.device
+    inputs = _flat(rows, starts, tokens, positions, *flat).to(device) if flat is not None else None
+    # A flat pass's token rows are its inputs' (one copy to the device, what its graph reads); a grouped pass's
+    # are copied on their own.
     return PassLayout(
-        tokens.to(device),
-        positions.to(device),
-        is_canvas.to(device),
+        inputs.ids if inputs is not None else tokens.to(device),
+        inputs.positions if inputs is not None else positions.to(device),
+        inputs.is_canvas if inputs is not None else is_canvas.to(device),
         cursor,
         torch.cat([empty, *written]).to(device),
         torch.cat([empty, *slots]).to(device),
         starts,
-        [] if flat is not None else [_group(rows, starts, members, attention) for members in _grouping(rows)],
-        _flat(rows, starts, tokens, positions, *flat).to(device) if flat is not None else None,
+        [] if inputs is not None else [_group(rows, starts, members, attention) for members in _grouping(rows)],
+        inputs,
         [(start + offset, features) for row, start in placed for offset, features in row.images],
         [(start, row.self_conditioning) for row, start in placed if row.self_conditioning is not None],
     )

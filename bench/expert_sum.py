@@ -1,15 +1,17 @@
-"""The routed experts' sum per token: gathered back (`experts.combined`) against the scatter-add it replaced.
+"""The routed experts' sum per token: gathered back (`experts.combined`) against the two ways it replaced.
 
 Usage: python3 bench/expert_sum.py OUT.json [cuda|cpu]
 
 At DiffusionGemma-26B-A4B's shape (width 2,816, 8 of 128 experts a token),
 for passes of 172 to 4,096 tokens routed at random: the down products' rows
-in expert order (bf16), summed into their tokens both ways, each compiled
+in expert order (bf16), summed into their tokens three ways, each compiled
 with Inductor as the engine's `post` piece is (the token count dynamic).
 The scatter-add is the engine's sum before stop 40: each row weighted in
-fp32 and added into its token with `index_add_` (atomics on a GPU). Reports
-the median ms of each (CUDA events on a GPU, the wall clock on a CPU) and
-their largest difference, which is rounding: both sum in fp32 and round once.
+fp32 and added into its token with `index_add_` (atomics on a GPU). The
+reduction is the gathered sum before stop 42: `sum(dim=1)` over the top-k
+axis, which Inductor compiles as a reduction. Reports the median ms of each
+(CUDA events on a GPU, the wall clock on a CPU) and the largest difference
+of `combined` from the others, which is rounding: all sum in fp32.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def scattered(down: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tens
     return out.index_add_(0, order // top_k, weighted)
 
 
+def reduced(down: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The gathered sum as a reduction over the top-k axis, as the engine took it before `combined` unrolled it."""
+    tokens, top_k = top_k_weights.shape
+    positions = torch.arange(order.shape[0], device=order.device, dtype=order.dtype)
+    inverse = torch.empty_like(order).scatter_(0, order, positions)
+    picked = down[inverse].view(tokens, top_k, down.shape[-1])
+    return (picked.float() * top_k_weights.float()[..., None]).sum(dim=1)
+
+
 def median_ms(call: Callable[[], torch.Tensor], device: torch.device) -> float:
     for _ in range(3):
         call()
@@ -59,7 +70,10 @@ def median_ms(call: Callable[[], torch.Tensor], device: torch.device) -> float:
 
 def main(out: Path, device: torch.device) -> None:
     generator = torch.Generator(device).manual_seed(0)
-    ways = {name: torch.compile(way, dynamic=True) for name, way in (("gathered", combined), ("scattered", scattered))}
+    ways = {
+        name: torch.compile(way, dynamic=True)
+        for name, way in (("gathered", combined), ("reduced", reduced), ("scattered", scattered))
+    }
     rows = []
     for tokens in TOKENS:
         chosen = torch.rand(tokens, EXPERTS, device=device, generator=generator).topk(TOP_K).indices
@@ -70,7 +84,12 @@ def main(out: Path, device: torch.device) -> None:
         row: dict[str, float] = {
             name: median_ms(partial(way, down, order, weights), device) for name, way in ways.items()
         }
-        row.update(tokens=tokens, largest_difference=float((sums["gathered"] - sums["scattered"]).abs().max()))
+        row.update(
+            tokens=tokens,
+            largest_difference=max(
+                float((sums["gathered"] - sums[other]).abs().max()) for other in ("reduced", "scattered")
+            ),
+        )
         print(json.dumps(row), flush=True)
         rows.append(row)
     out.write_text(json.dumps({"device": str(device), "torch": torch.__version__, "rows": rows}, indent=1) + "\n")

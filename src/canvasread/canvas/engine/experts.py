@@ -74,15 +74,20 @@ def routed_experts(
 
 def combined(down: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
     """Each token's weighted sum of its experts' outputs (`down`, rows in expert order, `order` the pairs'
-    token-major positions), in float32. Each token gathers its own rows back rather
-    than the rows being added into their tokens: a sum with no atomics, the same on every run, reading the rows
-    once (a scatter-add took 0.34 ms a layer of a 32-request pass on the H200, `bench/results/h200-2026-12-05/
-    call3`)."""
+    token-major positions), in float32. Each token gathers its own rows back rather than the rows being added
+    into their tokens: no atomics, the same on every run, each row read once (a scatter-add took 0.34 ms a layer
+    of a 32-request pass on the H200, `bench/results/h200-2026-12-05/call3`). The top-k terms are added one by
+    one, so Inductor writes one pointwise kernel whose threads read along the width; as a `sum(dim=1)` it wrote
+    a reduction over the 8 terms whose neighbouring threads read rows apart (`bench/expert_sum.py`)."""
     tokens, top_k = top_k_weights.shape
     positions = torch.arange(order.shape[0], device=order.device, dtype=order.dtype)
     inverse = torch.empty_like(order).scatter_(0, order, positions)
     picked = down[inverse].view(tokens, top_k, down.shape[-1])
-    return (picked.float() * top_k_weights.float()[..., None]).sum(dim=1)
+    weights = top_k_weights.float()
+    total = picked[:, 0].float() * weights[:, 0, None]
+    for k in range(1, top_k):
+        total = total + picked[:, k].float() * weights[:, k, None]
+    return total
 
 
 @torch.library.custom_op("canvasread::gather_rows", mutates_args=())

@@ -9,16 +9,29 @@ expert's weights in float8 e4m3 with one scale per output row and quantizes
 activations per row on the fly; on CUDA it runs `torch._scaled_grouped_mm`
 (Hopper), elsewhere the same quantized values are multiplied in float32, so
 the CPU tests measure the accuracy cost of the same numbers (all but the
-GPU's fast accumulation).
+GPU's fast accumulation). On a GPU, passes of up to KERNEL_ROWS rows take
+the Triton kernel of `expert_kernel.py` instead, in bf16 and in FP8.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+KERNEL: Callable[..., torch.Tensor] | None
+try:
+    from canvasread.canvas.engine.expert_kernel import expert_rows
+
+    KERNEL = expert_rows
+except ImportError:  # no Triton (a CPU build of torch): the grouped GEMM serves every pass
+    KERNEL = None
+
+# Passes of up to this many (token, expert) rows take the Triton kernel on a GPU (`expert_kernel.py`); larger ones
+# the grouped GEMM, whose wide tiles are full there (measured by `bench/gpu_expert_kernel.py`).
+KERNEL_ROWS = 4096
 # The largest finite float8 e4m3 value: scales map each row's largest magnitude onto it.
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
 
@@ -112,7 +125,23 @@ def _grouped(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) ->
         starts = [0, *ends[:-1]]
         parts = [rows[start:end] @ weight[e].T for e, (start, end) in enumerate(zip(starts, ends, strict=True))]
         return torch.cat(parts)
+    product: torch.Tensor = expert_product(rows, weight, offsets)
+    return product
+
+
+@torch.library.custom_op("canvasread::expert_product", mutates_args=())
+def expert_product(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """`_grouped`'s product, opaque to the compiler, so the kernel is picked by the pass's real row count (one
+    compiled body serves every bucket) and Inductor never rewrites the Triton kernel's launch."""
+    small = rows.shape[0] <= KERNEL_ROWS and rows.is_cuda and rows.dtype == torch.bfloat16
+    if small and KERNEL is not None:
+        return KERNEL(rows, weight, offsets)
     return torch._grouped_mm(rows, weight.transpose(-2, -1), offs=offsets)
+
+
+@expert_product.register_fake
+def _product_shape(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return rows.new_empty(rows.shape[0], weight.shape[1])
 
 
 def quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,18 +154,46 @@ def quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _scaled_grouped(rows: torch.Tensor, weight: Fp8Weight, offsets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     values, scales = quantize_rows(rows)
     if rows.device.type == "cuda":
-        return torch._scaled_grouped_mm(
-            values,
-            weight.values.transpose(-2, -1),
-            scales,
-            weight.scales,
-            offs=offsets,
-            out_dtype=dtype,
-            # Hopper's fast FP8 accumulation: 3.1x faster at 92k rows (0.75 vs 2.34 ms, bench/results/
-            # h200-2026-12-01); its extra rounding is in the accuracy figures measured on the GPU.
-            use_fast_accum=True,
-        )
+        product: torch.Tensor = scaled_expert_product(values, scales, weight.values, weight.scales, offsets, dtype)
+        return product
     # The same quantized operands, multiplied exactly in float32 (CPUs have no FP8 matrix units).
     dequantized_rows = values.float() * scales[:, None]
     dequantized_weight = weight.values.float() * weight.scales[..., None]
     return _grouped(dequantized_rows, dequantized_weight, offsets).to(dtype)
+
+
+@torch.library.custom_op("canvasread::scaled_expert_product", mutates_args=())
+def scaled_expert_product(
+    values: torch.Tensor,
+    scales: torch.Tensor,
+    weight_values: torch.Tensor,
+    weight_scales: torch.Tensor,
+    offsets: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """FP8 rows (float8 values, float32 scales) times FP8 expert weights, in `dtype`; `expert_product`'s choice."""
+    if values.shape[0] <= KERNEL_ROWS and KERNEL is not None:
+        return KERNEL(values, weight_values, offsets, scales=(scales, weight_scales), dtype=dtype)
+    return torch._scaled_grouped_mm(
+        values,
+        weight_values.transpose(-2, -1),
+        scales,
+        weight_scales,
+        offs=offsets,
+        out_dtype=dtype,
+        # Hopper's fast FP8 accumulation: 3.1x faster at 92k rows (0.75 vs 2.34 ms, bench/results/
+        # h200-2026-12-01); its extra rounding is in the accuracy figures measured on the GPU.
+        use_fast_accum=True,
+    )
+
+
+@scaled_expert_product.register_fake
+def _scaled_product_shape(
+    values: torch.Tensor,
+    scales: torch.Tensor,
+    weight_values: torch.Tensor,
+    weight_scales: torch.Tensor,
+    offsets: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    return values.new_empty(values.shape[0], weight_values.shape[1], dtype=dtype)

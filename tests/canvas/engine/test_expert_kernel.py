@@ -1,0 +1,75 @@
+"""The routed experts' Triton kernel, run by Triton's interpreter on the CPU against the grouped GEMM.
+
+The interpreter is chosen when a kernel is defined, so each check runs in a
+fresh interpreter process with `TRITON_INTERPRET=1`. It multiplies in
+float32: its bfloat16 products are wrong (they multiply the raw bits), and
+the bfloat16 and FP8 launches are checked on the GPU against the grouped
+GEMMs by `bench/gpu_expert_kernel.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import sys
+import torch
+from canvasread.canvas.engine.expert_kernel import Tiles, expert_rows
+
+counts, width, depth, tiles, scaled = eval(sys.argv[1])
+torch.manual_seed(0)
+counts = torch.tensor(counts)
+rows = torch.randn(int(counts.sum()), depth)
+weight = torch.randn(len(counts), width, depth)
+offsets = counts.cumsum(0).to(torch.int32)
+if scaled:
+    row_scales, weight_scales = torch.rand(len(rows)) + 0.5, torch.rand(len(counts), width) + 0.5
+    out = expert_rows(rows, weight, offsets, Tiles(*tiles), scales=(row_scales, weight_scales))
+    rows, weight = rows * row_scales[:, None], weight * weight_scales[..., None]
+else:
+    out = expert_rows(rows, weight, offsets, Tiles(*tiles))
+expected = torch._grouped_mm(rows, weight.transpose(-2, -1), offs=offsets)
+print(out.shape == expected.shape, float((out - expected).abs().max()))
+"""
+
+
+def _kernel(
+    counts: list[int], width: int, depth: int, tiles: tuple[int, ...], *, scaled: bool = False
+) -> tuple[bool, float]:
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    argument = repr((counts, width, depth, tiles, scaled))
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK, argument], env=environment, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    same_shape, error = done.stdout.split()
+    return same_shape == "True", float(error)
+
+
+@pytest.mark.parametrize(
+    ("counts", "width", "depth", "tiles"),
+    [
+        # Unused experts, an expert of one row, one of more rows than a tile, widths off the tiles' multiples.
+        ([0, 3, 17, 0, 40, 1], 80, 144, (16, 32, 64, 4, 2)),
+        # The real model's proportions (gate and up: twice the expert width out), a pass of every expert.
+        ([5, 2, 9, 16], 96, 48, (16, 64, 32, 4, 3)),
+    ],
+)
+def test_the_kernel_equals_the_grouped_product(
+    counts: list[int], width: int, depth: int, tiles: tuple[int, ...]
+) -> None:
+    same_shape, error = _kernel(counts, width, depth, tiles)
+    assert same_shape
+    assert error < 1e-4
+
+
+def test_scaled_the_kernel_multiplies_each_product_by_its_row_and_column_scales() -> None:
+    """The FP8 launch's arithmetic (float32 operands here: the interpreter has no FP8 products): each output is
+    the product of the scaled-back operands, as `torch._scaled_grouped_mm` takes rowwise scales."""
+    same_shape, error = _kernel([4, 0, 21, 2], 48, 80, (16, 32, 32, 4, 2), scaled=True)
+    assert same_shape
+    assert error < 1e-4

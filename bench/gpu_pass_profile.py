@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import logging
 import shutil
 import statistics
 import sys
@@ -203,6 +204,8 @@ def measure(reader: InProcessReader, fresh: Requests, out: Path) -> dict[str, An
 def main() -> None:
     folder, out = sys.argv[1], Path(sys.argv[2])
     variants = sys.argv[3:] or ["served"]
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("canvasread").setLevel(logging.INFO)  # the start-up's choice of expert products
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     started = time.perf_counter()
     loaded = load_checkpoint(folder, random_init_std=0.02, experts="grouped_mm")

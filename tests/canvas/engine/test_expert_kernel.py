@@ -73,3 +73,32 @@ def test_scaled_the_kernel_multiplies_each_product_by_its_row_and_column_scales(
     same_shape, error = _kernel([4, 0, 21, 2], 48, 80, (16, 32, 32, 4, 2), scaled=True)
     assert same_shape
     assert error < 1e-4
+
+
+PICKED = """
+import torch
+from canvasread.canvas.engine import experts
+from canvasread.canvas.engine.expert_choice import TABLE, Trial
+
+calls = []
+kernel = experts.KERNEL
+experts.KERNEL = lambda *args, **kwargs: calls.append(len(args[0])) or kernel(*args, **kwargs)
+weight = torch.randn(3, 24, 40)
+TABLE.record(experts.weight_key(weight), [Trial(16, 1.0, 0.5), Trial(32, 1.0, 2.0)])
+for rows in (16, 32):
+    hidden = torch.randn(rows, 40)
+    offsets = torch.tensor([rows // 4, rows // 2, rows], dtype=torch.int32)
+    expected = torch._grouped_mm(hidden, weight.transpose(-2, -1), offs=offsets)
+    assert (experts.expert_product(hidden, weight, offsets) - expected).abs().max() < 1e-4
+print(calls)
+"""
+
+
+def test_a_pass_takes_the_kernel_at_the_row_counts_its_trial_won() -> None:
+    """The op a compiled pass calls looks its row count up in the start-up trial's table: the kernel where it
+    won (16 rows), the grouped GEMM where it lost (32), the same numbers either way."""
+    done = subprocess.run(
+        [sys.executable, "-c", PICKED], env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[16]"]

@@ -10,8 +10,9 @@ no host synchronisation and the grid depends only on the weight's shape, so
 the kernel runs inside CUDA graphs. The row counts are read from `offsets` on
 the GPU, so one compiled kernel serves every pass size.
 
-`experts.expert_product` picks it or the grouped GEMM by the pass's row
-count, behind an op the compiler leaves alone. Triton's interpreter (`TRITON_INTERPRET=1`) runs the same
+Which pass sizes take it is timed at start-up on the GPU it runs on
+(`expert_choice.py`); `experts.expert_product` looks a pass's row count up,
+behind an op the compiler leaves alone. Triton's interpreter (`TRITON_INTERPRET=1`) runs the same
 kernel on a CPU, which is how the tests check its indexing.
 """
 

@@ -9,17 +9,24 @@ expert's weights in float8 e4m3 with one scale per output row and quantizes
 activations per row on the fly; on CUDA it runs `torch._scaled_grouped_mm`
 (Hopper), elsewhere the same quantized values are multiplied in float32, so
 the CPU tests measure the accuracy cost of the same numbers (all but the
-GPU's fast accumulation). On a GPU, passes of up to KERNEL_ROWS rows take
-the Triton kernel of `expert_kernel.py` instead, in bf16 and in FP8.
+GPU's fast accumulation). On a GPU, the pass sizes where the Triton kernel
+of `expert_kernel.py` beat the grouped GEMM at start-up take it instead, in
+bf16 and in FP8 (`choose_products`, `expert_choice.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import logging
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from canvasread.canvas.engine.expert_choice import TABLE, summary, trial
+
+logger = logging.getLogger(__name__)
 
 KERNEL: Callable[..., torch.Tensor] | None
 try:
@@ -29,9 +36,6 @@ try:
 except ImportError:  # no Triton (a CPU build of torch): the grouped GEMM serves every pass
     KERNEL = None
 
-# Passes of up to this many (token, expert) rows take the Triton kernel on a GPU (`expert_kernel.py`); larger ones
-# the grouped GEMM, whose wide tiles are full there (measured by `bench/gpu_expert_kernel.py`).
-KERNEL_ROWS = 4096
 # The largest finite float8 e4m3 value: scales map each row's largest magnitude onto it.
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
 
@@ -131,17 +135,84 @@ def _grouped(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) ->
 
 @torch.library.custom_op("canvasread::expert_product", mutates_args=())
 def expert_product(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """`_grouped`'s product, opaque to the compiler, so the kernel is picked by the pass's real row count (one
+    """`_grouped`'s product, opaque to the compiler, so the product is picked by the pass's real row count (one
     compiled body serves every bucket) and Inductor never rewrites the Triton kernel's launch."""
-    small = rows.shape[0] <= KERNEL_ROWS and rows.is_cuda and rows.dtype == torch.bfloat16
-    if small and KERNEL is not None:
-        return KERNEL(rows, weight, offsets)
-    return torch._grouped_mm(rows, weight.transpose(-2, -1), offs=offsets)
+    use_kernel = TABLE.uses_kernel(weight_key(weight), rows.shape[0])
+    return _product(rows, weight, offsets, None, rows.dtype, use_kernel)
 
 
 @expert_product.register_fake
 def _product_shape(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return rows.new_empty(rows.shape[0], weight.shape[1])
+
+
+def _product(
+    rows: torch.Tensor,
+    weight: torch.Tensor,
+    offsets: torch.Tensor,
+    scales: tuple[torch.Tensor, torch.Tensor] | None,
+    dtype: torch.dtype,
+    use_kernel: bool,
+) -> torch.Tensor:
+    """rows times each expert's weight, in `dtype`; FP8 operands with `scales` (the rows', the weight's): the
+    Triton kernel, or CUTLASS's grouped GEMM."""
+    if use_kernel and KERNEL is not None:
+        return KERNEL(rows, weight, offsets, scales=scales, dtype=dtype)
+    if scales is None:
+        return torch._grouped_mm(rows, weight.transpose(-2, -1), offs=offsets)
+    return torch._scaled_grouped_mm(
+        rows,
+        weight.transpose(-2, -1),
+        scales[0],
+        scales[1],
+        offs=offsets,
+        out_dtype=dtype,
+        # Hopper's fast FP8 accumulation: 3.1x faster at 92k rows (0.75 vs 2.34 ms, bench/results/
+        # h200-2026-12-01); its extra rounding is in the accuracy figures measured on the GPU.
+        use_fast_accum=True,
+    )
+
+
+def weight_key(weight: torch.Tensor) -> Hashable:
+    """What `TABLE` knows a weight by: every layer's experts of one kind share their device, shape and dtype."""
+    return str(weight.device), tuple(weight.shape), weight.dtype
+
+
+def choose_products(experts: Any, fp8: Fp8Experts | None, row_counts: Sequence[int]) -> None:
+    """Time the Triton kernel against the grouped GEMM for both products of one layer's experts at each of
+    `row_counts` (random rows and routing), and record where it wins (`expert_choice`). On a GPU with Triton,
+    for bf16 experts (FP8 with `fp8`); elsewhere the grouped GEMM serves every pass."""
+    weight = experts.gate_up_proj
+    if KERNEL is None or not weight.is_cuda or weight.dtype != torch.bfloat16:
+        return
+    generator = torch.Generator(weight.device).manual_seed(0)
+    products: list[tuple[str, torch.Tensor, torch.Tensor | None]] = (
+        [("gate and up", experts.gate_up_proj, None), ("down", experts.down_proj, None)]
+        if fp8 is None
+        else [
+            ("FP8 gate and up", fp8.gate_up.values, fp8.gate_up.scales),
+            ("FP8 down", fp8.down.values, fp8.down.scales),
+        ]
+    )
+    for name, weight, weight_scales in products:
+        trials = [trial(count, _random_product(weight, weight_scales, count, generator), name) for count in row_counts]
+        TABLE.record(weight_key(weight), trials)
+        logger.info(summary(name, trials))
+
+
+def _random_product(
+    weight: torch.Tensor, weight_scales: torch.Tensor | None, count: int, generator: torch.Generator
+) -> Callable[[bool], torch.Tensor]:
+    """`_product` of `count` random rows, each routed to a random expert, taking the kernel or not."""
+    experts, _, depth = weight.shape
+    device = weight.device
+    rows = torch.randn(count, depth, device=device, dtype=torch.bfloat16, generator=generator)
+    chosen = torch.randint(0, experts, (count,), device=device, generator=generator)
+    offsets = torch.bincount(chosen, minlength=experts).cumsum(0).to(torch.int32)
+    if weight_scales is None:
+        return functools.partial(_product, rows, weight, offsets, None, rows.dtype)
+    values, scales = quantize_rows(rows)
+    return functools.partial(_product, values, weight, offsets, (scales, weight_scales), torch.bfloat16)
 
 
 def quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,20 +242,9 @@ def scaled_expert_product(
     offsets: torch.Tensor,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """FP8 rows (float8 values, float32 scales) times FP8 expert weights, in `dtype`; `expert_product`'s choice."""
-    if values.shape[0] <= KERNEL_ROWS and KERNEL is not None:
-        return KERNEL(values, weight_values, offsets, scales=(scales, weight_scales), dtype=dtype)
-    return torch._scaled_grouped_mm(
-        values,
-        weight_values.transpose(-2, -1),
-        scales,
-        weight_scales,
-        offs=offsets,
-        out_dtype=dtype,
-        # Hopper's fast FP8 accumulation: 3.1x faster at 92k rows (0.75 vs 2.34 ms, bench/results/
-        # h200-2026-12-01); its extra rounding is in the accuracy figures measured on the GPU.
-        use_fast_accum=True,
-    )
+    """FP8 rows (float8 values, float32 scales) times FP8 expert weights, in `dtype`; picked as `expert_product`."""
+    use_kernel = TABLE.uses_kernel(weight_key(weight_values), values.shape[0])
+    return _product(values, weight_values, offsets, (scales, weight_scales), dtype, use_kernel)
 
 
 @scaled_expert_product.register_fake

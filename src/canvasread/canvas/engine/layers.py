@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from canvasread.canvas.engine.experts import Fp8Experts, routed_experts
+from canvasread.canvas.engine.experts import Fp8Experts, choose_products, routed_experts
 from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layout import Attention, FlatInputs, PassLayout
 
@@ -84,6 +84,7 @@ class LayerStack:
         self.norm = text.norm
         self.self_conditioning = model.model.decoder.self_conditioning
         self.layer_types: list[str] = list(text.config.layer_types)
+        self.top_k = int(text.config.top_k_experts)
         self.kinds = sorted(set(self.layer_types))
         self.fp8: list[Fp8Experts | None] = [
             Fp8Experts.of(layer.experts) if fp8_experts else None for layer in self.layers
@@ -104,6 +105,11 @@ class LayerStack:
     @property
     def device(self) -> torch.device:
         return torch.device(self.embed.weight.device)
+
+    def choose_expert_products(self, buckets: Sequence[int]) -> None:
+        """Pick each pass size's routed-expert product on this device (`expert_choice`), timed on the first
+        layer's experts: every layer's have its shapes."""
+        choose_products(self.layers[0].experts, self.fp8[0], [tokens * self.top_k for tokens in buckets])
 
     def kv_shapes(self) -> list[tuple[int, int]]:
         """Each layer's (kv_heads, head_dim): the KV store's layout."""

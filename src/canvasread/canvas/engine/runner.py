@@ -183,12 +183,14 @@ class FusedRunner:
 
     @torch.inference_mode()
     def warm_up(self) -> None:
-        """Run every bucket once (compiling the pieces) and capture its graphs, before the first request.
+        """Pick each bucket's routed-expert product, then run every bucket once (compiling the pieces) and
+        capture its graphs, before the first request.
 
         Random token ids in canvas rows of at most WARM_ROW_TOKENS tokens;
         nothing is written to the store, so a one-page store serves. Eager
-        passes without graphs have nothing to warm.
+        passes without graphs have nothing else to warm.
         """
+        self.stack.choose_expert_products(self.buckets.tokens)
         if not (self.stack.compiled or self.graphs is not None):
             self.ready = True
             return

@@ -33,6 +33,7 @@ def run_engine(connection: Connection, start: Start) -> None:
     """The engine process's main: load and warm up, say `Ready` (or `Unloadable`), answer calls until closed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which then closes the pipe
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s canvasread engine process: %(message)s")
+    logging.getLogger("canvasread").setLevel(logging.INFO)  # its own start-up choices (the libraries' stay quiet)
     settings = start.settings
     try:
         loaded = load_checkpoint(

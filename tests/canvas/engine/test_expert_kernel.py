@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,40 @@ def test_a_pass_takes_the_kernel_at_the_row_counts_its_trial_won() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[16]"]
+
+
+HOPPER = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from canvasread.canvas.engine.expert_kernel import TILES, _expert_rows_kernel as kernel
+
+# DiffusionGemma-26B-A4B's two products, in bf16 and in FP8 (out: bf16; scales: float32, or unread).
+for operands, scales, width, depth in [("*bf16", "*bf16", 1408, 2816), ("*bf16", "*bf16", 2816, 704),
+                                       ("*fp8e4nv", "*fp32", 1408, 2816), ("*fp8e4nv", "*fp32", 2816, 704)]:
+    values = {"N": width, "K": depth, "SCALED": scales == "*fp32", "BLOCK_M": TILES.rows, "BLOCK_N": TILES.columns,
+              "BLOCK_K": TILES.depth}
+    pointers = {"rows": operands, "weight": operands, "offsets": "*i32", "out": "*bf16", "row_scales": scales,
+                "weight_scales": scales}
+    signature = {name: pointers.get(name, "constexpr") for name in kernel.arg_names}
+    constants = {(kernel.arg_names.index(name),): value for name, value in values.items()}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+    built = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": TILES.warps, "num_stages": TILES.stages})
+    print(operands, width, depth, "mma" in built.asm["ptx"])
+"""
+
+
+def test_every_launch_the_engine_makes_builds_for_hopper(tmp_path: Path) -> None:
+    """Triton's interpreter runs any Python; its compiler does not (a global in an annotation fails the build).
+    So each launch the engine makes on the 26B checkpoint is built for an H100/H200 (sm_90), on the CPU, with
+    the ptxas Triton carries, and its products run on the matrix units."""
+    environment = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-c", HOPPER], env=environment, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "*bf16 1408 2816 True",
+        "*bf16 2816 704 True",
+        "*fp8e4nv 1408 2816 True",
+        "*fp8e4nv 2816 704 True",
+    ]

@@ -19,7 +19,6 @@ kernel on a CPU, which is how the tests check its indexing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import triton
@@ -43,12 +42,12 @@ TILES = Tiles()
 
 @triton.jit  # type: ignore[untyped-decorator]
 def _expert_rows_kernel(
-    rows: Any,
-    weight: Any,
-    offsets: Any,
-    out: Any,
-    row_scales: Any,
-    weight_scales: Any,
+    rows: tl.tensor,
+    weight: tl.tensor,
+    offsets: tl.tensor,
+    out: tl.tensor,
+    row_scales: tl.tensor,
+    weight_scales: tl.tensor,
     N: tl.constexpr,
     K: tl.constexpr,
     SCALED: tl.constexpr,

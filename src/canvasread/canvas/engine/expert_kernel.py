@@ -1,19 +1,21 @@
 """The routed experts' matrix product for small passes, as one Triton kernel that reads each used weight once.
 
-In a small pass each expert gets a few (token, expert) rows. CUTLASS's
-grouped GEMM (`torch._grouped_mm`) then multiplies tiles of 64 or more rows,
-mostly padding, and streams the experts' weights at about 60% of the H200's
-bandwidth. Here each program owns one expert's `BLOCK_N` output columns: it
-loops over that expert's rows `BLOCK_M` at a time (one chunk in a small pass,
-so its weight tile is read once) and skips experts no token chose. There is
-no host synchronisation and the grid depends only on the weight's shape, so
-the kernel runs inside CUDA graphs. The row counts are read from `offsets` on
-the GPU, so one compiled kernel serves every pass size.
+In a small pass each expert gets a few (token, expert) rows, and CUTLASS's
+grouped GEMM (`torch._grouped_mm`), built for wide tiles, streamed the
+experts' weights at about 60% of the H200's bandwidth in a lone read
+(`bench/results/h200-2026-12-04d`). Here each program owns one expert's
+`BLOCK_N` output columns: it loops over that expert's rows `BLOCK_M` at a
+time (one chunk in a small pass, so its weight tile is read once) and skips
+experts no token chose. There is no host synchronisation and the grid
+depends only on the weight's shape, so the kernel runs inside CUDA graphs;
+the row counts are read from `offsets` on the GPU, so one build serves
+every pass size.
 
 Which pass sizes take it is timed at start-up on the GPU it runs on
 (`expert_choice.py`); `experts.expert_product` looks a pass's row count up,
-behind an op the compiler leaves alone. Triton's interpreter (`TRITON_INTERPRET=1`) runs the same
-kernel on a CPU, which is how the tests check its indexing.
+behind an op the compiler leaves alone. Triton's interpreter
+(`TRITON_INTERPRET=1`) runs the same kernel on a CPU, which is how the tests
+check its indexing; they also build it for Hopper with Triton's compiler.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Tiles:
     stages: int = 4
 
 
-# Chosen on the H200 by `bench/gpu_expert_kernel.py`.
+# 16-row tiles for passes where each expert has a few rows; `bench/gpu_expert_kernel.py` sweeps the others on a GPU
+# (not yet run: no GPU was lent when this was written).
 TILES = Tiles()
 
 

@@ -182,12 +182,12 @@ def choose_products(experts: Any, fp8: Fp8Experts | None, row_counts: Sequence[i
     """Time the Triton kernel against the grouped GEMM for both products of one layer's experts at each of
     `row_counts` (random rows and routing), and record where it wins (`expert_choice`). On a GPU with Triton,
     for bf16 experts (FP8 with `fp8`); elsewhere the grouped GEMM serves every pass."""
-    weight = experts.gate_up_proj
-    if KERNEL is None or not weight.is_cuda or weight.dtype != torch.bfloat16:
+    gate_up = experts.gate_up_proj
+    if KERNEL is None or not gate_up.is_cuda or gate_up.dtype != torch.bfloat16:
         return
-    generator = torch.Generator(weight.device).manual_seed(0)
+    generator = torch.Generator(gate_up.device).manual_seed(0)
     products: list[tuple[str, torch.Tensor, torch.Tensor | None]] = (
-        [("gate and up", experts.gate_up_proj, None), ("down", experts.down_proj, None)]
+        [("gate and up", gate_up, None), ("down", experts.down_proj, None)]
         if fp8 is None
         else [
             ("FP8 gate and up", fp8.gate_up.values, fp8.gate_up.scales),

@@ -9,7 +9,9 @@ layers' pieces replayed between eager attention, as before flat passes) or
 `experts-eager` (the routed experts left out of the compiled pieces: ATen's
 kernels, still inside the CUDA graphs) or `tight` (attention groups padded to
 at most 1.25 times their real query-key pairs instead of 2: more groups, less
-padding computed; it moves only passes too large to attend flat). Each variant warms a fresh engine on
+padding computed; it moves only passes too large to attend flat) or `math`
+(SDPA's math backend, a matrix product, a softmax and another product,
+instead of the memory-efficient kernel, in flat and grouped passes alike). Each variant warms a fresh engine on
 the one loaded model and gets a folder of its own.
 
 1. The pass floor: one pass of random canvas rows at each token bucket up to
@@ -42,6 +44,7 @@ from typing import Any
 
 import torch
 from gpu_runner import Requests, timed_ms
+from torch.nn.attention import SDPBackend
 
 from canvasread.backends.base import never_gone
 from canvasread.canvas.engine import layers as layers_module
@@ -213,11 +216,12 @@ def main() -> None:
     tokenizer = HFTokenizer(loaded.tokenizer)
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
     fresh = Requests(planner, tokenizer.vocab_size)
-    padding = layout_module.GROUP_PADDING
+    padding, kernels = layout_module.GROUP_PADDING, layers_module.ATTENTION_KERNELS
     for name in variants:
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)
         layout_module.GROUP_PADDING = 1.25 if name == "tight" else padding
+        layers_module.ATTENTION_KERNELS = [SDPBackend.MATH] if name == "math" else kernels
         started = time.perf_counter()
         buckets = Buckets(flat_tokens=0) if name == "grouped" else Buckets()
         reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm", buckets=buckets))

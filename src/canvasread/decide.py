@@ -302,8 +302,13 @@ class Decider:
 
     # ---- lifecycle ----------------------------------------------------------------------
     def load(self) -> None:
-        """Load every backend (slow; run it in a thread). A failure is kept and reported by `ready`."""
+        """Load every backend not loaded yet (slow; run it in a thread). A failure is kept and reported by `ready`.
+        A loaded one is left alone: the server's start-up loads the decider it was given, which a library caller
+        may have loaded already (`open_decider`), and a second load of an engine would hold a second copy of the
+        model and capture its graphs while the first copy's passes run."""
         for served in self._models.values():
+            if served.loaded.is_set():
+                continue
             started = time.monotonic()
             try:
                 served.backend.load()

@@ -25,13 +25,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import statistics
 import sys
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import torch
+from expert_sum import median_ms
 
 from canvasread.canvas.engine.expert_kernel import Tiles, expert_rows
 from canvasread.canvas.engine.experts import Fp8Weight, quantize_rows
@@ -45,20 +44,7 @@ TILES = [
     for warps, stages in ((4, 3), (4, 5), (8, 4))
 ]
 FINALISTS = 4
-
-
-def gpu_ms(call: Callable[[], torch.Tensor]) -> float:
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(15):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+CUDA = torch.device("cuda")
 
 
 def grouped(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -96,11 +82,11 @@ def fp8_sizes(weights: dict[str, torch.Tensor], ranked: dict[str, list[Tiles]]) 
             values, scales = quantize_rows(torch.randn(tokens * TOP_K, weight.shape[2], device="cuda"))
             used_bytes = used * weight[0].numel()
             expected = scaled_grouped(values, scales, quantized, offsets).float()
-            base = gpu_ms(partial(scaled_grouped, values, scales, quantized, offsets))
+            base = median_ms(partial(scaled_grouped, values, scales, quantized, offsets), CUDA)
             entry: dict[str, object] = {"scaled_grouped": {"ms": base, "tb_per_s": used_bytes / base / 1e9}}
             for tiles in dict.fromkeys(candidates):
                 try:
-                    ms = gpu_ms(partial(scaled_kernel, values, scales, quantized, offsets, tiles))
+                    ms = median_ms(partial(scaled_kernel, values, scales, quantized, offsets, tiles), CUDA)
                 except Exception as failure:  # a tile too large for the shared memory, say
                     entry[str(tiles)] = {"failed": str(failure)[:200]}
                     continue
@@ -137,10 +123,10 @@ def main() -> None:
         for tokens in SWEEP_TOKENS:
             offsets, _ = routed(tokens)
             rows = torch.randn(tokens * TOP_K, weight.shape[2], device="cuda", dtype=torch.bfloat16)
-            base = gpu_ms(partial(grouped, rows, weight, offsets))
+            base = median_ms(partial(grouped, rows, weight, offsets), CUDA)
             for tiles in TILES:
                 try:
-                    ms = gpu_ms(partial(expert_rows, rows, weight, offsets, tiles))
+                    ms = median_ms(partial(expert_rows, rows, weight, offsets, tiles), CUDA)
                 except Exception as error:  # a tile too large for the shared memory, say
                     scores[tiles] = math.inf
                     results["sweep"][f"{product}/{tokens}/{tiles}"] = {"failed": str(error)[:200]}
@@ -157,10 +143,10 @@ def main() -> None:
             used_bytes = used * weight[0].numel() * weight.element_size()
             expected = grouped(rows, weight, offsets).float()
             entry: dict[str, object] = {"experts_used": used}
-            base = gpu_ms(partial(grouped, rows, weight, offsets))
+            base = median_ms(partial(grouped, rows, weight, offsets), CUDA)
             entry["grouped"] = {"ms": base, "tb_per_s": used_bytes / base / 1e9}
             for tiles in ranked[product]:
-                ms = gpu_ms(partial(expert_rows, rows, weight, offsets, tiles))
+                ms = median_ms(partial(expert_rows, rows, weight, offsets, tiles), CUDA)
                 error = (expert_rows(rows, weight, offsets, tiles).float() - expected).abs().max()
                 entry[str(tiles)] = {
                     "ms": ms,

@@ -83,3 +83,19 @@ def test_prompts_past_the_readers_store_are_a_413_naming_its_limit(tokenizer: HF
     message = refused.value.message
     assert f"need {needed} pages of 16 tokens" in message and f"holds {needed - 1}" in message
     assert "the store flag" in message
+
+
+def test_a_store_too_small_for_the_smallest_request_is_refused_at_load_naming_its_limit(
+    tokenizer: HFTokenizer,
+) -> None:
+    """Such a store would answer every request with a 413; a store that holds the smallest request is kept."""
+    smallest = job_planner(tokenizer).prepare(request({"q": {"type": "noul", "instructions": "?"}}, state="."))
+    [prompt] = smallest.plan.prompts
+    needed = -(-len(prompt.ids) // 16) + 1
+    job_planner(tokenizer, capacity=StoreCapacity(needed, 16, "the store flag")).check_capacity()
+    with pytest.raises(ValueError) as refused:
+        job_planner(tokenizer, capacity=StoreCapacity(needed - 1, 16, "the store flag")).check_capacity()
+    message = str(refused.value)
+    assert f"holds {needed - 1} pages of 16 tokens (the store flag)" in message
+    assert f"smallest request's prompt needs {needed} ({len(prompt.ids)} tokens)" in message
+    job_planner(tokenizer).check_capacity()  # no store bound: nothing to check

@@ -259,8 +259,10 @@ class _Pieces:
         markers, unreadable = blank_markers(tokenizer, blanks, CANVAS_TAIL)
         limit = step_label_limit(reader)
         thinking = Thinking(runtime.thinker, tokenizer)
+        planning = JobPlanner(planner, thinking, limit, Unreadable(card.name, unreadable), runtime.capacity)
+        planning.check_capacity()
         return cls(
-            JobPlanner(planner, thinking, limit, Unreadable(card.name, unreadable), runtime.capacity),
+            planning,
             thinking,
             SlotReads(reader, tokenizer.vocab_size),
             SpanSearcher(reader, tokenizer.vocab_size, markers, card.capabilities.max_steps, limit),

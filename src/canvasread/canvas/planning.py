@@ -20,7 +20,7 @@ from canvasread.canvas.thinking import Thinking
 from canvasread.errors import FieldProblem, InvalidRequest, PayloadTooLarge
 from canvasread.kinds import kind_of
 from canvasread.kinds.base import as_text
-from canvasread.types import DecisionRequest, JobCost
+from canvasread.types import DecisionRequest, JobCost, Option, Question
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,21 @@ class StoreCapacity:
                 "send a shorter state or fewer questions"
             )
 
+    def check_smallest(self, prompt_tokens: Sequence[int]) -> None:
+        """A ValueError naming the limit when even the smallest request's prompts cannot fit: the store would
+        refuse every request, so the model does not load."""
+        needed = self.pages_for(prompt_tokens)
+        if needed > self.pages:
+            raise ValueError(
+                f"the model's KV store holds {self.pages} page{'s' * (self.pages != 1)} of {self.page} tokens "
+                f"({self.limit}), and the smallest request's prompt needs {needed} ({sum(prompt_tokens)} tokens): "
+                "give the store more memory"
+            )
+
+
+# The smallest request a client can send: a one-character state and one yes/no question of one character.
+SMALLEST = DecisionRequest(".", (Question("q", "noul", "?", (Option("true"), Option("false"))),))
+
 
 class JobPlanner:
     """Turns requests into `CanvasJob`s for one loaded runtime, and prices them for the batch budget.
@@ -92,6 +107,11 @@ class JobPlanner:
         self._step_label_ids = step_label_ids
         self._unreadable = unreadable
         self._capacity = capacity
+
+    def check_capacity(self) -> None:
+        """Refuse, at load, a prompt store too small for any request (`StoreCapacity.check_smallest`)."""
+        if self._capacity is not None:
+            self._capacity.check_smallest([len(prompt.ids) for prompt in self._planner.plan(SMALLEST).prompts])
 
     def prepare(self, request: DecisionRequest) -> CanvasJob:
         self._unreadable.check(request)

@@ -335,3 +335,20 @@ def test_only_json_or_multipart_bodies_are_read(base: str, recorder: Recorder, c
 
 def test_json_with_a_charset_is_json(base: str) -> None:
     assert raw_post(base, body_text(), "application/json; charset=utf-8").status_code == 200
+    assert raw_post(base, body_text(), 'application/json; charset="UTF-8"').status_code == 200
+
+
+@pytest.mark.parametrize("charset", ["latin-1", "ISO-8859-1", "utf-16"])
+def test_json_declared_in_another_charset_is_refused_not_misread(base: str, recorder: Recorder, charset: str) -> None:
+    """Read as UTF-8, its non-ASCII text would change silently (`é` in latin-1 is one byte UTF-8 does not read as
+    `é`): the declared charset is refused by name, before any model reads the request."""
+    seen = len(recorder.states)
+    raw = (
+        body_text('"caf\u00e9"').decode().encode("latin-1")
+        if charset != "utf-16"
+        else body_text().decode().encode(charset)
+    )
+    response = raw_post(base, raw, f"application/json; charset={charset}")
+    assert response.status_code == 415, response.text
+    assert charset.lower() in response.json()["detail"]["message"] and "UTF-8" in response.json()["detail"]["message"]
+    assert len(recorder.states) == seen

@@ -33,6 +33,9 @@ from canvasread.settings import ServerSettings
 
 JSON_TYPE = b"application/json"
 MULTIPART_TYPE = b"multipart/form-data"
+# A JSON body is read as UTF-8: a body declared in another charset is refused rather than read as UTF-8 (its
+# non-ASCII text would change silently). ASCII is UTF-8's first half.
+JSON_CHARSETS = (b"utf-8", b"utf8", b"us-ascii", b"ascii")
 # The flag that raises the body limit, named in every 413 of it.
 BODY_FLAG = "--max-body-bytes"
 
@@ -55,10 +58,14 @@ def check_headers(headers: Mapping[str, str], limit: int) -> None:
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {declared} bytes; at most {limit} are accepted ({BODY_FLAG})")
-    media_type, _ = parse_options_header(headers.get("content-type", ""))
+    media_type, options = parse_options_header(headers.get("content-type", ""))
     if media_type not in (JSON_TYPE, MULTIPART_TYPE):
         shown = media_type.decode("latin-1")[:100] or "none"
         raise UnsupportedMediaType(f"Content-Type {shown!r}; send application/json or multipart/form-data")
+    charset = options.get(b"charset", b"utf-8").lower()
+    if media_type == JSON_TYPE and charset not in JSON_CHARSETS:
+        shown = charset.decode("latin-1")[:40]
+        raise UnsupportedMediaType(f"JSON in charset {shown!r}; send it as UTF-8 (RFC 8259), charset utf-8 or none")
 
 
 def is_multipart(headers: Mapping[str, str]) -> bool:

@@ -104,3 +104,16 @@ def test_multipart_mistakes_name_the_part() -> None:
     assert twice.value.problems[0].loc == ("body", "asset-0")
     with pytest.raises(BadRequest, match="boundary"):
         parse_body(RAW, "multipart/form-data", SETTINGS)
+
+
+def test_an_object_naming_a_key_twice_is_refused_naming_the_key() -> None:
+    """Python's parser would keep the last value without a word (which `type` was meant?)."""
+    for duplicated, key in (
+        (b'{"state": "a", "state": "b"}', "state"),
+        (b'{"questions": {"q": {"type": "noul", "type": "choice"}}}', "type"),
+    ):
+        with pytest.raises(InvalidRequest) as caught:
+            parse_json(duplicated, 64, 1_000_000)
+        [problem] = caught.value.problems
+        assert problem.type == "json_duplicate_key" and f"the key {key!r} appears twice" in problem.msg
+    assert parse_json(b'{"a": {"k": 1}, "b": {"k": 2}}', 64, 1_000_000) == {"a": {"k": 1}, "b": {"k": 2}}

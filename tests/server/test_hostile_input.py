@@ -105,6 +105,15 @@ def test_a_surrogate_pair_is_an_ordinary_character(base: str, recorder: Recorder
     assert recorder.states[-1] == "refund \U0001f600"
 
 
+def test_a_key_named_twice_is_422_naming_it(base: str, recorder: Recorder) -> None:
+    """Not the last value kept silently: which `type` the caller meant is not the server's guess."""
+    seen = len(recorder.states)
+    questions = '{"q": {"type": "noul", "instructions": "Refund?", "type": "choice"}}'
+    [entry] = problems(raw_post(base, body_text(questions=questions)))
+    assert entry["type"] == "json_duplicate_key" and entry["loc"] == ["body"] and "'type'" in entry["msg"]
+    assert len(recorder.states) == seen
+
+
 # ---- 2: non-finite numbers -----------------------------------------------------------------------
 
 

@@ -2,7 +2,8 @@
 
 Python's parser accepts more than the server can carry through: lone
 surrogates (`"\\ud800"`, which no UTF-8 encoder can write back), numbers that
-overflow to infinity (`1e999`), NaN and Infinity (not JSON at all) and bodies whose objects cost far more memory
+overflow to infinity (`1e999`), NaN and Infinity (not JSON at all), objects that name a key twice (Python keeps
+the last value silently) and bodies whose objects cost far more memory
 than their bytes (`[{}]` repeated ten million times is 31 MB of text and about
 1 GB of Python objects). Each is refused here with a 422 that says where.
 """
@@ -109,13 +110,38 @@ def parse_json(data: bytes, max_depth: int, max_items: int) -> Any:
         return value
 
     try:
-        value = json.loads(data.decode("utf-8-sig"), parse_constant=parse_float, parse_float=parse_float)
+        value = json.loads(
+            data.decode("utf-8-sig"), parse_constant=parse_float, parse_float=parse_float, object_pairs_hook=_unique
+        )
+    except DuplicateKey as duplicate:
+        message = f"the key {duplicate.key!r} appears twice in one object: send each key once (RFC 8259)"
+        raise InvalidRequest([FieldProblem(("body",), message, "json_duplicate_key")]) from None
     except (ValueError, RecursionError) as error:  # decode errors, bad JSON, integers past 4300 digits
         raise InvalidRequest([FieldProblem(("body",), f"JSON decode error: {error}", "json_invalid")]) from None
     if non_finite or _SURROGATE_ESCAPE.search(data):
         problems = unrepresentable(value)
         if problems:
             raise InvalidRequest(problems)
+    return value
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice; Python's parser would keep the last value without a word."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One JSON object, refused when it names a key twice (`json.loads`'s `object_pairs_hook`)."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
     return value
 
 

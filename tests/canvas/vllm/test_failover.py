@@ -74,8 +74,11 @@ def test_killing_one_of_two_upstreams_mid_run_loses_no_request(
 ) -> None:
     expected = expected_answers(tiny_wide_decider, range(3))
     survivor = load_standin(str(tiny_wide_checkpoint), served_name="dgemma")
-    with standin_process(tiny_wide_checkpoint) as (first, victim), running(survivor) as second:
+    # The survivor's port is bound before the stand-in process's is picked: a process still starting holds none,
+    # so a port picked first could be handed to the survivor too, and both URLs would be one server's.
+    with running(survivor) as second, standin_process(tiny_wide_checkpoint) as (first, victim):
         wait_until(first + "/health", timeout=120)
+        assert victim.poll() is None and first != second
         flags = ["--upstream", first, "--upstream", second, "--tokenizer", str(tiny_wide_checkpoint)]
         # No latency budget: on a loaded machine the reads the kill cut short made the measured rate look slow
         # enough to shed a request (529), which is admission's call, not a lost request.

@@ -196,12 +196,13 @@ class EngineClient:
         """Fail every waiting call; unless the server is closing, say so and start the engine again."""
         with self._calls:
             again = not self._closing.is_set()
+            if again:  # logged before the death is told (`health_problem`), so whoever learns of it finds the log
+                logger.error("%s: its calls failed with 503, and it is starting again", ended)
             self._dead = f"{ended}; it is starting again" if again else ended
             for number in list(self._waiting):
                 self._waiting.pop(number).done.set()
             self._calls.notify_all()
         if again:
-            logger.error("%s: its calls failed with 503, and it is starting again", ended)
             threading.Thread(target=self._restart, args=(ended,), name="canvasread-engine-restart", daemon=True).start()
 
     def _restart(self, ended: str) -> None:

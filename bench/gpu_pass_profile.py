@@ -221,7 +221,10 @@ def main() -> None:
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)
         layout_module.GROUP_PADDING = 1.25 if name == "tight" else padding
-        layers_module.ATTENTION_KERNELS = [SDPBackend.MATH] if name == "math" else kernels
+        layers_module.ATTENTION_KERNELS = {
+            "math": [SDPBackend.MATH],
+            "cudnn": [SDPBackend.CUDNN_ATTENTION, *kernels],
+        }.get(name, kernels)
         started = time.perf_counter()
         buckets = Buckets(flat_tokens=0) if name == "grouped" else Buckets()
         reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm", buckets=buckets))

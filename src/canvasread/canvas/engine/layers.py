@@ -38,7 +38,7 @@ from canvasread.canvas.engine.layout import Attention, FlatInputs, PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 # Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
-# shapes follow its rows. Memory-efficient where the head dim allows it, else the math kernel.
+# shapes follow its rows. Memory-efficient where the head dim allows it, else the math kernel: tried in this order.
 ATTENTION_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -185,7 +185,7 @@ class LayerStack:
     def attending() -> AbstractContextManager[None]:
         """The attention kernels `attend` may use, entered once a pass: each entry sets and restores the
         backends' flags (about 10 us), and a pass attends once per layer and group."""
-        return sdpa_kernel(ATTENTION_KERNELS)
+        return sdpa_kernel(ATTENTION_KERNELS, set_priority=True)
 
     def attend(self, index: int, views: Buffers, layout: PassLayout, store: KVStore) -> None:
         """Write this layer's prompt keys to the store, then attend every group (eager: shapes follow the rows).

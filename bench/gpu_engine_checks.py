@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -194,8 +193,7 @@ def main() -> None:
     loaded = load_checkpoint(folder, device=DEVICE, random_init_std=0.02, experts="grouped_mm")
     tokenizer = HFTokenizer(loaded.tokenizer)
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
-    first = planned_reads(planner, [steps_body(n) for n in range(8)], tokenizer.vocab_size)
-    reads = [replace(read, steps=4, seed=n) for n, read in enumerate(first)]
+    reads = planned_reads(planner, [steps_body(n) for n in range(8)], tokenizer.vocab_size)
     if "graphed" in CHECKS:
         report["graphed_steps_bf16"] = graphed_steps(loaded, reads)
         print("graphed steps:", report["graphed_steps_bf16"], flush=True)

@@ -17,10 +17,11 @@ the one loaded model and gets a folder of its own.
 1. The pass floor: one pass of random canvas rows at each token bucket up to
    2,048 (GPU-synchronised wall time, median of 10): what a pass costs by size.
 2. Reads as a server makes them (`fused_reader`, the server's default engine
-   settings, random weights): batch-1 `standard` and `mixed` reads (fresh
-   requests, median of 20) and a batch of 32 `standard` requests, each with
+   settings, random weights): batch-1 `standard`, `mixed` and `steps4` reads
+   (fresh requests, median of 20) and a batch of 32 `standard` requests, each with
    the engine's passes and tokens per read.
-3. torch.profiler over one batch-1 and one batch-32 `standard` read, with the
+3. torch.profiler over one batch-1 and one batch-32 `standard` read (and a
+   batch-1 `mixed` and `steps4` read), with the
    runner's stages labelled (layout, embedding, graph replays, attention,
    head), so the tables split each read's wall time into host stages, and
    GPU busy time against wall time says whether the pass waits on the host.
@@ -61,7 +62,7 @@ from canvasread.canvas.plan import Planner
 from canvasread.canvas.reader import CanvasRead
 from canvasread.canvas.tokenizer import HFTokenizer
 from canvasread.tools.mixed import mixed_body
-from canvasread.tools.workloads import standard_body
+from canvasread.tools.workloads import standard_body, steps_body
 
 LABELLED = {
     "stack": ("embed_into", "attend", "attend_flat"),
@@ -197,9 +198,11 @@ def measure(reader: InProcessReader, fresh: Requests, out: Path) -> dict[str, An
     report["standard_1"] = timed_reads(reader, fresh, standard_body, 1)
     report["standard_32"] = timed_reads(reader, fresh, standard_body, 32)
     report["mixed_1"] = timed_reads(reader, fresh, mixed_body, 1)
+    report["steps4_1"] = timed_reads(reader, fresh, steps_body, 1)
     report["profile_standard_1"] = profiled(reader, fresh.reads(1, standard_body), out, "standard_1")
     report["profile_standard_32"] = profiled(reader, fresh.reads(32, standard_body), out, "standard_32")
     report["profile_mixed_1"] = profiled(reader, fresh.reads(1, mixed_body), out, "mixed_1")
+    report["profile_steps4_1"] = profiled(reader, fresh.reads(1, steps_body), out, "steps4_1")
     report["counters"] = dict(reader.counters())
     return report
 

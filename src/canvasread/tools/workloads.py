@@ -115,7 +115,8 @@ WORKLOADS: dict[str, Callable[[int, str], dict[str, Any]]] = {
 
 
 def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size: int) -> list[CanvasRead]:
-    """The canvas reads a server makes for these request bodies (first read of each canvas): reader benchmarks."""
+    """The canvas reads a server makes for these request bodies (first read of each canvas, with the request's
+    `steps`, seeded by the body's place in `bodies`): reader benchmarks."""
     reads = []
     for sequence, raw in enumerate(bodies):
         _, request = parse_request(raw)
@@ -124,7 +125,8 @@ def planned_reads(planner: Planner, bodies: Sequence[dict[str, Any]], vocab_size
             ids = noisy_canvas(canvas, plan.questions, vocab_size=vocab_size, seed=sequence, read=0)
             slots = tuple(Slot(plan.questions[q].position, plan.questions[q].label_ids) for q in canvas.questions)
             prompt = plan.prompt(canvas)
-            reads.append(CanvasRead(prompt.ids, prompt.prefix_length, tuple(ids), slots))
+            steps = request.options.steps
+            reads.append(CanvasRead(prompt.ids, prompt.prefix_length, tuple(ids), slots, steps=steps, seed=sequence))
     return reads
 
 

@@ -35,11 +35,11 @@ from typing import Any
 
 import torch
 from expert_sum import median_ms
-from flex_attention import KINDS, WINDOW, rows_of
+from flex_attention import KINDS, StandardPass
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from canvasread.canvas.engine.layers import LayerStack
-from canvasread.canvas.engine.layout import Attention, PassLayout, flat_masks, lay_out
+from canvasread.canvas.engine.layout import Attention, PassLayout, flat_masks
 
 KERNELS = {
     "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
@@ -107,7 +107,7 @@ def measure_layout(layout: PassLayout, kind: str, slots: int, attention: Attenti
                 row[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
                 continue
             expected = got if expected is None else expected
-            result = {
+            result: dict[str, Any] = {
                 "first_ms": first_ms,
                 "ms": median_ms(lambda: attend(layout, kind, tensors, store), device),
                 "largest_difference": float((got[real] - expected[real]).abs().max()),
@@ -120,21 +120,11 @@ def measure_layout(layout: PassLayout, kind: str, slots: int, attention: Attenti
 
 def measure(requests: int, device: torch.device) -> dict[str, Any]:
     """A pass of `requests` requests laid out both ways, each layer kind under each kernel list."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    rows, slots = rows_of(requests)
-    used = sum(len(row.ids) for row in rows)
-    bucket = -(-used // 256) * 256
-    heads = {kind: (query_heads, key_heads) for kind, (query_heads, key_heads, _) in KINDS.items()}
-    attention = Attention(heads, WINDOW, False, dtype, device)
-    past_bucket = -(-sum(len(row.past) for row in rows) // 256) * 256
-    layouts = {
-        "grouped": lay_out(rows, bucket=bucket, attention=attention),
-        "flat": lay_out(rows, bucket=bucket, attention=attention, flat=(past_bucket, slots - 1)),
-    }
-    report: dict[str, Any] = {"requests": requests, "tokens": used, "bucket": bucket, "past_keys": past_bucket}
-    for way, layout in layouts.items():
+    laid = StandardPass.of(requests, device)
+    report: dict[str, Any] = dict(laid.sizes)
+    for way, layout in {"grouped": laid.grouped, "flat": laid.flat}.items():
         for kind in KINDS:
-            report[f"{way} {kind}"] = measure_layout(layout, kind, slots, attention)
+            report[f"{way} {kind}"] = measure_layout(layout, kind, laid.slots, laid.attention)
             print(requests, way, kind, json.dumps(report[f"{way} {kind}"]), flush=True)
     return report
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -169,20 +170,38 @@ def measure_kind(
     return row
 
 
+@dataclass(frozen=True)
+class StandardPass:
+    """One pass of `standard`-shaped requests (`rows_of`) laid out by the engine both ways: in groups, and flat
+    over its rows' past keys padded to a multiple of 256; the store's size and the pass's sizes."""
+
+    attention: Attention
+    grouped: PassLayout
+    flat: PassLayout
+    slots: int
+    sizes: dict[str, int]
+
+    @classmethod
+    def of(cls, requests: int, device: torch.device) -> StandardPass:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        rows, slots = rows_of(requests)
+        used = sum(len(row.ids) for row in rows)
+        bucket = -(-used // 256) * 256
+        heads = {kind: (query_heads, key_heads) for kind, (query_heads, key_heads, _) in KINDS.items()}
+        attention = Attention(heads, WINDOW, False, dtype, device)
+        past_bucket = -(-sum(len(row.past) for row in rows) // 256) * 256
+        grouped = lay_out(rows, bucket=bucket, attention=attention)
+        flat = lay_out(rows, bucket=bucket, attention=attention, flat=(past_bucket, slots - 1))
+        sizes = {"requests": requests, "tokens": used, "bucket": bucket, "past_keys": past_bucket}
+        return cls(attention, grouped, flat, slots, sizes)
+
+
 def measure(requests: int, device: torch.device) -> dict[str, Any]:
     """Both layouts of one pass of `requests` requests, and each layer kind attended both ways."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    rows, slots = rows_of(requests)
-    used = sum(len(row.ids) for row in rows)
-    bucket = -(-used // 256) * 256
-    heads = {kind: (query_heads, key_heads) for kind, (query_heads, key_heads, _) in KINDS.items()}
-    attention = Attention(heads, WINDOW, False, dtype, device)
-    grouped_layout = lay_out(rows, bucket=bucket, attention=attention)
-    past_bucket = -(-sum(len(row.past) for row in rows) // 256) * 256
-    flat = lay_out(rows, bucket=bucket, attention=attention, flat=(past_bucket, slots - 1)).flat
+    laid = StandardPass.of(requests, device)
+    grouped_layout, flat, slots, dtype = laid.grouped, laid.flat.flat, laid.slots, laid.attention.dtype
     assert flat is not None
-    report: dict[str, Any] = {"requests": requests, "tokens": used, "bucket": bucket, "past_keys": past_bucket}
-    report["groups"] = len(grouped_layout.groups)
+    report: dict[str, Any] = {**laid.sizes, "groups": len(grouped_layout.groups)}
     for kind in KINDS:
         report[kind] = measure_kind(kind, grouped_layout, flat, slots, device, dtype)
         print(requests, kind, json.dumps(report[kind]), flush=True)

@@ -62,7 +62,8 @@ def attend(layout: PassLayout, kind: str, tensors: dict[str, Any], store: Any) -
         LayerStack.attend(stack, 0, views, layout, kv)  # type: ignore[arg-type]
     else:
         LayerStack.attend_flat(stack, 0, views, layout.flat, tensors["masks"], kv)  # type: ignore[arg-type]
-    return views.attended[kind]
+    attended: torch.Tensor = views.attended[kind]
+    return attended
 
 
 def synchronized_ms(started: float, device: torch.device) -> float:

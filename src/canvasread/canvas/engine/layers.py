@@ -37,8 +37,9 @@ from canvasread.canvas.engine.kvstore import KVStore
 from canvasread.canvas.engine.layout import Attention, FlatInputs, PassLayout
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-# Not cuDNN's attention: it builds a plan per new shape (3 ms of CPU a call on an H200), and a pass's group
-# shapes follow its rows. Memory-efficient where the head dim allows it, else the math kernel: tried in this order.
+# Not cuDNN's attention: it builds a plan for every new shape (about 60 ms on an H100), and a pass's group shapes
+# follow its rows; a 32-request pass took 214.5 against 172.5 ms (bench/results/h100-2026-12-05d). Memory-efficient
+# where the head dim allows it, else the math kernel: tried in this order.
 ATTENTION_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -9,19 +9,24 @@ dims (256 and 512): on the H200 it took 26 of a 32-request pass's 164 ms
 (`bench/results/h200-2026-12-05b`). cuDNN's fused attention also takes an
 additive mask, and torch tries it last unless told to try it first.
 
-For passes of 1, 8 and 32 `standard`-shaped requests (`flex_attention.rows_of`:
+For passes of 1, 8 and 32 `standard`-shaped requests (`flex_attention.StandardPass`:
 a shared 200-token prefix, each request a 156-token prompt row and a 16-token
 canvas row), laid out by the engine's own `lay_out`, this times one layer of
 each kind at the 26B-A4B shapes, both ways a pass attends: in groups
 (`LayerStack.attend`, large passes) and flat (`LayerStack.attend_flat`, the
 small passes a graph replays whole), under each kernel list below with torch's
 priority set to the list's order. Per row: ms a layer (`expert_sum.median_ms`),
-the CUDA kernels one call launched (which kernel really ran), and the largest
-difference from the memory-efficient kernel's output on real tokens; and the first
-call's time, which holds cuDNN's plan for a new shape (the reason the engine
-left it out: a grouped pass's shapes follow its rows). A kernel
-list that fails on a shape says why. On a CPU (float32, 2 requests) only the
-math kernel runs: it checks the script, not the kernels.
+the CUDA kernels one call launched (which kernel really ran), the largest
+difference from the memory-efficient kernel's output on real tokens, and the
+first call's time, which holds cuDNN's plan for a new shape (the reason the
+engine left it out: a grouped pass's shapes follow its rows). A kernel list
+that fails on a shape says why. On a CPU (float32, 2 requests) only the math
+kernel runs: it checks the script, not the kernels.
+
+`gpu_attention_kernels.py` times the bare SDPA call on synthetic group shapes,
+with each call's host time. This times what a pass really runs around it (the
+store writes, the gathers of each group's keys, the copies back) on the
+engine's own layouts, flat passes included, and names the kernel that ran.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ On one layer of DiffusionGemma-26B-A4B's experts (128 experts; gate and up
 the L2 holds, so every call streams them), for passes of 16 to 8,192 tokens
 routed to 8 random experts each:
 
-1. every tile in TILES on a 172-token pass (a lone `standard` read) and a
+1. every tile in TILES (row-major and swapped) on a 16-token pass (a later
+   denoising step's canvas), a 172-token pass (a lone `standard` read) and a
    1,024-token pass, for each of the two products;
-2. the best few of those, and the grouped GEMM, at every pass size: GPU ms
+2. the best two at each of those, and the grouped GEMM, at every pass size: GPU ms
    (CUDA events, median of 15 after 3 warm-ups) and the weight bytes of the
    experts used, per second;
 3. the kernel's largest difference from the grouped GEMM, relative to the
@@ -37,13 +38,18 @@ from canvasread.canvas.engine.experts import Fp8Weight, quantize_rows
 
 EXPERTS, TOP_K, WIDTH, EXPERT_WIDTH = 128, 8, 2816, 704
 TOKENS = [16, 64, 172, 256, 512, 1024, 2048, 4096, 8192]
-SWEEP_TOKENS = [172, 1024]
+# A later denoising step's canvas, a lone `standard` read, a batch of them.
+SWEEP_TOKENS = [16, 172, 1024]
 TILES = [
     Tiles(m, n, k, warps, stages)
-    for m, n, k in itertools.product((16, 64), (32, 64, 128), (128, 256))
-    for warps, stages in ((4, 3), (4, 5), (8, 4))
+    for m, n, k in itertools.product((16, 64), (32, 64), (128, 256))
+    for warps, stages in ((4, 4), (4, 5), (8, 4))
+] + [
+    Tiles(m, n, k, warps, stages, swapped=True)
+    for m, n, k in itertools.product((16, 32), (64, 128), (64, 128))
+    for warps, stages in ((4, 3), (4, 4), (8, 4))
 ]
-FINALISTS = 4
+FINALISTS = 2  # the best tiles at each sweep size
 CUDA = torch.device("cuda")
 
 
@@ -119,8 +125,9 @@ def main() -> None:
     results: dict[str, dict] = {"device": {"name": torch.cuda.get_device_name()}, "sweep": {}, "sizes": {}}
     ranked: dict[str, list[Tiles]] = {}
     for product, weight in weights.items():
-        scores: dict[Tiles, float] = {tiles: 0.0 for tiles in TILES}
+        ranked[product] = []
         for tokens in SWEEP_TOKENS:
+            scores: dict[Tiles, float] = {tiles: 0.0 for tiles in TILES}
             offsets, _ = routed(tokens)
             rows = torch.randn(tokens * TOP_K, weight.shape[2], device="cuda", dtype=torch.bfloat16)
             base = median_ms(partial(grouped, rows, weight, offsets), CUDA)
@@ -133,9 +140,9 @@ def main() -> None:
                     continue
                 scores[tiles] += ms / base
                 results["sweep"][f"{product}/{tokens}/{tiles}"] = {"kernel_ms": ms, "grouped_ms": base}
-            print(product, tokens, "grouped", round(base, 3), flush=True)
-        ranked[product] = sorted(TILES, key=scores.__getitem__)[:FINALISTS]
-        print(product, "best", ranked[product], flush=True)
+            best = sorted(TILES, key=scores.__getitem__)[:FINALISTS]
+            ranked[product] += [tiles for tiles in best if tiles not in ranked[product]]
+            print(product, tokens, "grouped", round(base, 3), "best", [(t, round(scores[t], 3)) for t in best])
     for tokens in TOKENS:
         offsets, used = routed(tokens)
         for product, weight in weights.items():

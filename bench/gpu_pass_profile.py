@@ -11,7 +11,9 @@ kernels, still inside the CUDA graphs) or `tight` (attention groups padded to
 at most 1.25 times their real query-key pairs instead of 2: more groups, less
 padding computed; it moves only passes too large to attend flat) or `math`
 (SDPA's math backend, a matrix product, a softmax and another product,
-instead of the memory-efficient kernel, in flat and grouped passes alike). Each variant warms a fresh engine on
+instead of the memory-efficient kernel, in flat and grouped passes alike) or
+`one-tile` (the start-up chooses between the grouped GEMM and the expert
+kernel's first tile only, as before the kernel had candidate tiles). Each variant warms a fresh engine on
 the one loaded model and gets a folder of its own.
 
 1. The pass floor: one pass of random canvas rows at each token bucket up to
@@ -48,6 +50,7 @@ from gpu_runner import Requests, timed_ms
 from torch.nn.attention import SDPBackend
 
 from canvasread.backends.base import never_gone
+from canvasread.canvas.engine import experts as experts_module
 from canvasread.canvas.engine import layers as layers_module
 from canvasread.canvas.engine import layout as layout_module
 from canvasread.canvas.engine import runner as runner_module
@@ -220,7 +223,9 @@ def main() -> None:
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
     fresh = Requests(planner, tokenizer.vocab_size)
     padding, kernels = layout_module.GROUP_PADDING, layers_module.ATTENTION_KERNELS
+    candidates = experts_module.CANDIDATES
     for name in variants:
+        experts_module.CANDIDATES = candidates[:1] if name == "one-tile" else candidates
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)
         layout_module.GROUP_PADDING = 1.25 if name == "tight" else padding

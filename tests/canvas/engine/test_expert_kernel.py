@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from canvasread.canvas.engine.expert_kernel import CANDIDATES
+
 CHECK = """
 import sys
 import torch
@@ -58,6 +60,8 @@ def _kernel(
         ([0, 3, 17, 0, 40, 1], 80, 144, (16, 32, 64, 4, 2)),
         # The real model's proportions (gate and up: twice the expert width out), a pass of every expert.
         ([5, 2, 9, 16], 96, 48, (16, 64, 32, 4, 3)),
+        # Swapped (the weight tile times the rows), with the same ragged experts and widths.
+        ([0, 3, 17, 0, 40, 1], 80, 144, (16, 64, 64, 4, 2, True)),
     ],
 )
 def test_the_kernel_equals_the_grouped_product(
@@ -80,12 +84,15 @@ PICKED = """
 import torch
 from canvasread.canvas.engine import experts
 from canvasread.canvas.engine.expert_choice import TABLE, Trial
+from canvasread.canvas.engine.expert_kernel import Tiles
 
 calls = []
 kernel = experts.KERNEL
-experts.KERNEL = lambda *args, **kwargs: calls.append(len(args[0])) or kernel(*args, **kwargs)
+experts.KERNEL = lambda *args, **kwargs: calls.append((len(args[0]), str(args[3]))) or kernel(*args, **kwargs)
 weight = torch.randn(3, 24, 40)
-TABLE.record(experts.weight_key(weight), [Trial(16, 1.0, 0.5), Trial(32, 1.0, 2.0)])
+tiles = Tiles(16, 32, 32, 4, 2, swapped=True)
+won, lost = Trial(16, 1.0, ((Tiles(), 0.9), (tiles, 0.5))), Trial(32, 1.0, ((tiles, 2.0),))
+TABLE.record(experts.weight_key(weight), [won, lost])
 for rows in (16, 32):
     hidden = torch.randn(rows, 40)
     offsets = torch.tensor([rows // 4, rows // 2, rows], dtype=torch.int32)
@@ -95,48 +102,49 @@ print(calls)
 """
 
 
-def test_a_pass_takes_the_kernel_at_the_row_counts_its_trial_won() -> None:
-    """The op a compiled pass calls looks its row count up in the start-up trial's table: the kernel where it
-    won (16 rows), the grouped GEMM where it lost (32), the same numbers either way."""
+def test_a_pass_takes_the_winning_tile_at_the_row_counts_its_trial_won() -> None:
+    """The op a compiled pass calls looks its row count up in the start-up trial's table: the kernel with the
+    fastest tile where it won (16 rows), the grouped GEMM where it lost (32), the same numbers either way."""
     done = subprocess.run(
         [sys.executable, "-c", PICKED], env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["[16]"]
+    assert done.stdout.strip() == "[(16, 'swapped 16x32x32, 4 warps, 2 stages')]"
 
 
 HOPPER = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from canvasread.canvas.engine.expert_kernel import TILES, _expert_rows_kernel as kernel
+from canvasread.canvas.engine.expert_kernel import CANDIDATES, _expert_rows_kernel as kernel
 
-# DiffusionGemma-26B-A4B's two products, in bf16 and in FP8 (out: bf16; scales: float32, or unread).
-for operands, scales, width, depth in [("*bf16", "*bf16", 1408, 2816), ("*bf16", "*bf16", 2816, 704),
-                                       ("*fp8e4nv", "*fp32", 1408, 2816), ("*fp8e4nv", "*fp32", 2816, 704)]:
-    values = {"N": width, "K": depth, "SCALED": scales == "*fp32", "BLOCK_M": TILES.rows, "BLOCK_N": TILES.columns,
-              "BLOCK_K": TILES.depth}
-    pointers = {"rows": operands, "weight": operands, "offsets": "*i32", "out": "*bf16", "row_scales": scales,
-                "weight_scales": scales}
-    signature = {name: pointers.get(name, "constexpr") for name in kernel.arg_names}
-    constants = {(kernel.arg_names.index(name),): value for name, value in values.items()}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
-    built = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": TILES.warps, "num_stages": TILES.stages})
-    print(operands, width, depth, "mma" in built.asm["ptx"])
+# DiffusionGemma-26B-A4B's two products, in bf16 and in FP8 (out: bf16; scales: float32, or unread), with every
+# candidate tile; pointers 16-byte aligned, as torch's allocations are and Triton specialises launches on.
+for tiles in CANDIDATES:
+    for operands, scales, width, depth in [("*bf16", "*bf16", 1408, 2816), ("*bf16", "*bf16", 2816, 704),
+                                           ("*fp8e4nv", "*fp32", 1408, 2816), ("*fp8e4nv", "*fp32", 2816, 704)]:
+        values = {"N": width, "K": depth, "SCALED": scales == "*fp32", "SWAPPED": tiles.swapped,
+                  "BLOCK_M": tiles.rows, "BLOCK_N": tiles.columns, "BLOCK_K": tiles.depth}
+        pointers = {"rows": operands, "weight": operands, "offsets": "*i32", "out": "*bf16", "row_scales": scales,
+                    "weight_scales": scales}
+        signature = {name: pointers.get(name, "constexpr") for name in kernel.arg_names}
+        constants = {(kernel.arg_names.index(name),): value for name, value in values.items()}
+        aligned = {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in pointers}
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=aligned)
+        built = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                               options={"num_warps": tiles.warps, "num_stages": tiles.stages})
+        ptx = built.asm["ptx"]
+        print(operands, width, depth, "mma" in ptx, "cp.async" in ptx)
 """
 
 
 def test_every_launch_the_engine_makes_builds_for_hopper(tmp_path: Path) -> None:
     """Triton's interpreter runs any Python; its compiler does not (a global in an annotation fails the build).
-    So each launch the engine makes on the 26B checkpoint is built for an H100/H200 (sm_90), on the CPU, with
-    the ptxas Triton carries, and its products run on the matrix units."""
+    So each launch the engine may make on the 26B checkpoint, every candidate tile, is built for an H100/H200
+    (sm_90), on the CPU, with the ptxas Triton carries: its products run on the matrix units and its loads are
+    pipelined (asynchronous copies)."""
     environment = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"}
     done = subprocess.run([sys.executable, "-c", HOPPER], env=environment, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == [
-        "*bf16 1408 2816 True",
-        "*bf16 2816 704 True",
-        "*fp8e4nv 1408 2816 True",
-        "*fp8e4nv 2816 704 True",
-    ]
+    launches = ["*bf16 1408 2816", "*bf16 2816 704", "*fp8e4nv 1408 2816", "*fp8e4nv 2816 704"]
+    assert done.stdout.splitlines() == [f"{launch} True True" for launch in launches] * len(CANDIDATES)

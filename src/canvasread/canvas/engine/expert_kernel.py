@@ -11,8 +11,10 @@ depends only on the weight's shape, so the kernel runs inside CUDA graphs;
 the row counts are read from `offsets` on the GPU, so one build serves
 every pass size. On the H200 it took passes of 16-128 tokens 5-6 ms faster
 and a lone `standard` read about 1 ms (`bench/results/h200-2026-12-05b`).
+Swapped, it multiplies the weight tile by the rows: the columns become the
+long side of Hopper's matrix unit (wgmma), the rows its short one.
 
-Which pass sizes take it is timed at start-up on the GPU it runs on
+Which pass sizes take it, and with which of `CANDIDATES`, is timed at start-up on the GPU it runs on
 (`expert_choice.py`); `experts.expert_product` looks a pass's row count up,
 behind an op the compiler leaves alone. Triton's interpreter
 (`TRITON_INTERPRET=1`) runs the same kernel on a CPU, which is how the tests
@@ -37,12 +39,23 @@ class Tiles:
     depth: int = 128
     warps: int = 4
     stages: int = 4
+    swapped: bool = False  # multiply weight tile by rows (columns as the matrix unit's long side), not rows by weight
+
+    def __str__(self) -> str:
+        order = "swapped " if self.swapped else ""
+        return f"{order}{self.rows}x{self.columns}x{self.depth}, {self.warps} warps, {self.stages} stages"
 
 
-# 16-row tiles for passes where each expert has a few rows. In `bench/gpu_expert_kernel.py`'s sweep on an H100
-# (`bench/results/h100-2026-12-05`), at 172 tokens, these were the best for the down product (with 5 stages) and
-# within 2% of the best for gate and up (64-row tiles, which lose to the grouped GEMM at 1,024 tokens anyway).
-TILES = Tiles()
+# The tiles the start-up tries at each pass size (`expert_choice.py`): in `bench/gpu_expert_kernel.py`'s sweep on
+# an H100 (`bench/results/h100-2026-12-05f`) the best of 60 tiles at a later step's 16 tokens (swapped 32x128x128;
+# for both products), at a lone read's 172 (swapped 32x64x64 for gate and up, 16x32x256 for down), and the tile
+# the engine ran before that sweep. Each is within a few percent of another somewhere, so the GPU picks.
+CANDIDATES = (
+    Tiles(),
+    Tiles(16, 32, 256, 4, 4),
+    Tiles(32, 64, 64, 4, 3, swapped=True),
+    Tiles(32, 128, 128, 8, 4, swapped=True),
+)
 
 
 @triton.jit  # type: ignore[untyped-decorator]
@@ -56,30 +69,28 @@ def _expert_rows_kernel(
     N: tl.constexpr,
     K: tl.constexpr,
     SCALED: tl.constexpr,
+    SWAPPED: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ) -> None:
     """out[r, n] = sum_k rows[r, k] * weight[e, n, k] for the rows r of expert e (program 0's index), n in this
     program's column block (program 1's index); expert e's rows end at offsets[e] and start at offsets[e - 1].
-    SCALED: each product times row_scales[r] * weight_scales[e, n] (FP8 operands with rowwise scales)."""
+    SCALED: each product times row_scales[r] * weight_scales[e, n] (FP8 operands with rowwise scales).
+    SWAPPED: the tile is summed as weight times rows, so the columns are the matrix unit's long side."""
     expert = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     start = tl.load(offsets + expert - 1, mask=expert > 0, other=0)
     end = tl.load(offsets + expert)
-    reduction = tl.arange(0, BLOCK_K)
     column_ok = columns < N
-    tile = weight + expert.to(tl.int64) * N * K + columns[None, :] * K
+    matrix = weight + expert.to(tl.int64) * N * K
     for first in range(start, end, BLOCK_M):
         members = first + tl.arange(0, BLOCK_M)
         member_ok = members < end
-        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            inner = k + reduction
-            inner_ok = inner < K
-            a = tl.load(rows + members[:, None] * K + inner[None, :], mask=member_ok[:, None] & inner_ok[None, :])
-            b = tl.load(tile + inner[:, None], mask=inner_ok[:, None] & column_ok[None, :])
-            total += tl.dot(a, b)
+        if SWAPPED:
+            total = tl.trans(_weight_by_rows(rows, matrix, members, member_ok, columns, column_ok, K, BLOCK_K))
+        else:
+            total = _rows_by_weight(rows, matrix, members, member_ok, columns, column_ok, K, BLOCK_K)
         if SCALED:
             total *= tl.load(row_scales + members, mask=member_ok, other=0.0)[:, None]
             total *= tl.load(weight_scales + expert * N + columns, mask=column_ok, other=0.0)[None, :]
@@ -90,11 +101,55 @@ def _expert_rows_kernel(
         )
 
 
+@triton.jit  # type: ignore[untyped-decorator]
+def _rows_by_weight(
+    rows: tl.tensor,
+    matrix: tl.tensor,
+    members: tl.tensor,
+    member_ok: tl.tensor,
+    columns: tl.tensor,
+    column_ok: tl.tensor,
+    K: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+) -> tl.tensor:
+    """[BLOCK_M, BLOCK_N] fp32: the members' rows times the expert's `matrix` columns, over all of K."""
+    total = tl.zeros((members.shape[0], columns.shape[0]), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        inner = k + tl.arange(0, BLOCK_K)
+        inner_ok = inner < K
+        a = tl.load(rows + members[:, None] * K + inner[None, :], mask=member_ok[:, None] & inner_ok[None, :])
+        b = tl.load(matrix + columns[None, :] * K + inner[:, None], mask=inner_ok[:, None] & column_ok[None, :])
+        total += tl.dot(a, b)
+    return total
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _weight_by_rows(
+    rows: tl.tensor,
+    matrix: tl.tensor,
+    members: tl.tensor,
+    member_ok: tl.tensor,
+    columns: tl.tensor,
+    column_ok: tl.tensor,
+    K: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+) -> tl.tensor:
+    """[BLOCK_N, BLOCK_M] fp32: `_rows_by_weight` transposed, as the expert's columns times the members' rows."""
+    total = tl.zeros((columns.shape[0], members.shape[0]), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        inner = k + tl.arange(0, BLOCK_K)
+        inner_ok = inner < K
+        w = tl.load(matrix + columns[:, None] * K + inner[None, :], mask=column_ok[:, None] & inner_ok[None, :])
+        a = tl.load(rows + members[None, :] * K + inner[:, None], mask=inner_ok[:, None] & member_ok[None, :])
+        total += tl.dot(w, a)
+    return total
+
+
 def expert_rows(
     rows: torch.Tensor,
     weight: torch.Tensor,
     offsets: torch.Tensor,
-    tiles: Tiles = TILES,
+    tiles: Tiles = CANDIDATES[0],
     *,
     scales: tuple[torch.Tensor, torch.Tensor] | None = None,
     dtype: torch.dtype | None = None,
@@ -116,6 +171,7 @@ def expert_rows(
         N=width,
         K=depth,
         SCALED=scales is not None,
+        SWAPPED=tiles.swapped,
         BLOCK_M=tiles.rows,
         BLOCK_N=tiles.columns,
         BLOCK_K=tiles.depth,

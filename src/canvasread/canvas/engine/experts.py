@@ -9,9 +9,10 @@ expert's weights in float8 e4m3 with one scale per output row and quantizes
 activations per row on the fly; on CUDA it runs `torch._scaled_grouped_mm`
 (Hopper), elsewhere the same quantized values are multiplied in float32, so
 the CPU tests measure the accuracy cost of the same numbers (all but the
-GPU's fast accumulation). On a GPU, the pass sizes where the Triton kernel
-of `expert_kernel.py` beat the grouped GEMM at start-up take it instead, in
-bf16 and in FP8 (`choose_products`, `expert_choice.py`).
+GPU's fast accumulation). On a GPU, the pass sizes where one of the Triton
+kernel's tiles (`expert_kernel.py`) beat the grouped GEMM at start-up take
+the fastest tile instead, in bf16 and in FP8 (`choose_products`,
+`expert_choice.py`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from canvasread.canvas.engine.expert_choice import TABLE, summary, trial
 logger = logging.getLogger(__name__)
 
 KERNEL: Callable[..., torch.Tensor] | None
+CANDIDATES: tuple[Hashable, ...]
 try:
-    from canvasread.canvas.engine.expert_kernel import expert_rows
+    from canvasread.canvas.engine.expert_kernel import CANDIDATES, expert_rows
 
     KERNEL = expert_rows
 except ImportError:  # no Triton (a CPU build of torch): the grouped GEMM serves every pass
-    KERNEL = None
+    KERNEL, CANDIDATES = None, ()
 
 # The largest finite float8 e4m3 value: scales map each row's largest magnitude onto it.
 FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
@@ -139,8 +141,8 @@ def _grouped(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) ->
 def expert_product(rows: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """`_grouped`'s product, opaque to the compiler, so the product is picked by the pass's real row count (one
     compiled body serves every bucket) and Inductor never rewrites the Triton kernel's launch."""
-    use_kernel = TABLE.uses_kernel(weight_key(weight), rows.shape[0])
-    return _product(rows, weight, offsets, None, rows.dtype, use_kernel)
+    tiles = TABLE.tiles(weight_key(weight), rows.shape[0])
+    return _product(rows, weight, offsets, None, rows.dtype, tiles)
 
 
 @expert_product.register_fake
@@ -154,12 +156,12 @@ def _product(
     offsets: torch.Tensor,
     scales: tuple[torch.Tensor, torch.Tensor] | None,
     dtype: torch.dtype,
-    use_kernel: bool,
+    tiles: Hashable | None,
 ) -> torch.Tensor:
     """rows times each expert's weight, in `dtype`; FP8 operands with `scales` (the rows', the weight's): the
-    Triton kernel, or CUTLASS's grouped GEMM."""
-    if use_kernel and KERNEL is not None:
-        return KERNEL(rows, weight, offsets, scales=scales, dtype=dtype)
+    Triton kernel with `tiles`, or (None) CUTLASS's grouped GEMM."""
+    if tiles is not None and KERNEL is not None:
+        return KERNEL(rows, weight, offsets, tiles, scales=scales, dtype=dtype)
     if scales is None:
         return torch._grouped_mm(rows, weight.transpose(-2, -1), offs=offsets)
     return torch._scaled_grouped_mm(
@@ -181,9 +183,9 @@ def weight_key(weight: torch.Tensor) -> Hashable:
 
 
 def choose_products(experts: Any, fp8: Fp8Experts | None, row_counts: Sequence[int]) -> None:
-    """Time the Triton kernel against the grouped GEMM for both products of one layer's experts at each of
-    `row_counts` (random rows and routing), and record where it wins (`expert_choice`). On a GPU with Triton,
-    for bf16 experts (FP8 with `fp8`); elsewhere the grouped GEMM serves every pass."""
+    """Time the Triton kernel's candidate tiles against the grouped GEMM for both products of one layer's experts
+    at each of `row_counts` (random rows and routing), and record which wins (`expert_choice`). On a GPU with
+    Triton, for bf16 experts (FP8 with `fp8`); elsewhere the grouped GEMM serves every pass."""
     gate_up = experts.gate_up_proj
     if KERNEL is None or not gate_up.is_cuda or gate_up.dtype != torch.bfloat16:
         return
@@ -197,15 +199,18 @@ def choose_products(experts: Any, fp8: Fp8Experts | None, row_counts: Sequence[i
         ]
     )
     for name, weight, weight_scales in products:
-        trials = [trial(count, _random_product(weight, weight_scales, count, generator), name) for count in row_counts]
+        trials = [
+            trial(count, _random_product(weight, weight_scales, count, generator), name, CANDIDATES)
+            for count in row_counts
+        ]
         TABLE.record(weight_key(weight), trials)
         logger.info(summary(name, trials))
 
 
 def _random_product(
     weight: torch.Tensor, weight_scales: torch.Tensor | None, count: int, generator: torch.Generator
-) -> Callable[[bool], torch.Tensor]:
-    """`_product` of `count` random rows, each routed to a random expert, taking the kernel or not."""
+) -> Callable[[Hashable | None], torch.Tensor]:
+    """`_product` of `count` random rows, each routed to a random expert, given the kernel's tiles or None."""
     experts, _, depth = weight.shape
     device = weight.device
     rows = torch.randn(count, depth, device=device, dtype=torch.bfloat16, generator=generator)
@@ -245,8 +250,8 @@ def scaled_expert_product(
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """FP8 rows (float8 values, float32 scales) times FP8 expert weights, in `dtype`; picked as `expert_product`."""
-    use_kernel = TABLE.uses_kernel(weight_key(weight_values), values.shape[0])
-    return _product(values, weight_values, offsets, (scales, weight_scales), dtype, use_kernel)
+    tiles = TABLE.tiles(weight_key(weight_values), values.shape[0])
+    return _product(values, weight_values, offsets, (scales, weight_scales), dtype, tiles)
 
 
 @scaled_expert_product.register_fake

@@ -13,7 +13,11 @@ padding computed; it moves only passes too large to attend flat) or `math`
 (SDPA's math backend, a matrix product, a softmax and another product,
 instead of the memory-efficient kernel, in flat and grouped passes alike) or
 `one-tile` (the start-up chooses between the grouped GEMM and the expert
-kernel's first tile only, as before the kernel had candidate tiles). Each variant warms a fresh engine on
+kernel's first tile only, as before the kernel had candidate tiles) or
+`separate` (a layer's queries, keys and values, and its dense MLP's gate and
+up, each their own product again, as before they were merged). A variant
+named again runs again, as NAME-2 (and so on): an A B A B order shows
+whether the second engine in a process runs slower than the first. Each variant warms a fresh engine on
 the one loaded model and gets a folder of its own.
 
 1. The pass floor: one pass of random canvas rows at each token bucket up to
@@ -46,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from gpu_runner import Requests, timed_ms
 from torch.nn.attention import SDPBackend
 
@@ -210,6 +215,13 @@ def measure(reader: InProcessReader, fresh: Requests, out: Path) -> dict[str, An
     return report
 
 
+def separate_products(self: layers_module.Merged, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each merged linear's own product (the `separate` variant), as the engine ran them before merging."""
+    sizes = list(self.sizes)
+    biases = [None] * len(sizes) if self.bias is None else list(self.bias.split(sizes))
+    return tuple(F.linear(x, weight, bias) for weight, bias in zip(self.weight.split(sizes), biases, strict=True))
+
+
 def main() -> None:
     folder, out = sys.argv[1], Path(sys.argv[2])
     variants = sys.argv[3:] or ["served"]
@@ -223,9 +235,13 @@ def main() -> None:
     planner = Planner(tokenizer, canvas_length=int(loaded.model.config.canvas_length), max_positions=None)
     fresh = Requests(planner, tokenizer.vocab_size)
     padding, kernels = layout_module.GROUP_PADDING, layers_module.ATTENTION_KERNELS
-    candidates = experts_module.CANDIDATES
+    candidates, merged_products = experts_module.CANDIDATES, layers_module.Merged.__call__
+    runs: dict[str, int] = {}
     for name in variants:
+        runs[name] = runs.get(name, 0) + 1
+        key = name if runs[name] == 1 else f"{name}-{runs[name]}"
         experts_module.CANDIDATES = candidates[:1] if name == "one-tile" else candidates
+        layers_module.Merged.__call__ = separate_products if name == "separate" else merged_products  # type: ignore[method-assign]
         if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
             layers_module.routed_experts = torch.compiler.disable(routed_experts)
         layout_module.GROUP_PADDING = 1.25 if name == "tight" else padding
@@ -236,9 +252,9 @@ def main() -> None:
         started = time.perf_counter()
         buckets = Buckets(flat_tokens=0) if name == "grouped" else Buckets()
         reader = fused_reader(loaded, EngineSettings(random_init_std=0.02, experts="grouped_mm", buckets=buckets))
-        print(name, "warmed in", round(time.perf_counter() - started), "s", flush=True)
-        (out / name).mkdir(parents=True, exist_ok=True)
-        report[name] = {"warm_up_s": time.perf_counter() - started, **measure(reader, fresh, out / name)}
+        print(key, "warmed in", round(time.perf_counter() - started), "s", flush=True)
+        (out / key).mkdir(parents=True, exist_ok=True)
+        report[key] = {"warm_up_s": time.perf_counter() - started, **measure(reader, fresh, out / key)}
         (out / "pass_profile.json").write_text(json.dumps(report, indent=2) + "\n")
         del reader
         gc.collect()

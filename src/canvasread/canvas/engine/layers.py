@@ -11,6 +11,11 @@ streaming each layer's weights once. Each layer is three pieces:
   or, for a small pass, `attend_flat`: one SDPA over the whole pass;
 - `post`: output projection, dense MLP and routed experts, per token.
 
+A layer's products that read one input run as one matrix product: queries,
+keys and values, and the dense MLP's gate and up (`merged_rows`). A small
+pass's products are short, so each costs a launch, a split-K reduction and
+its gaps more than its weights' bytes.
+
 `pre` and `post` have one shape per bucket, so they are compiled (with the
 token count dynamic) and captured as CUDA graphs (`graphs.py`); `attend`
 runs eagerly between them, as vLLM's piecewise graphs do. A flat pass has
@@ -87,6 +92,8 @@ class LayerStack:
         self.layer_types: list[str] = list(text.config.layer_types)
         self.top_k = int(text.config.top_k_experts)
         self.kinds = sorted(set(self.layer_types))
+        self.qkv = [merged_rows(_qkv(layer.self_attn)) for layer in self.layers]
+        self.gate_up = [merged_rows([layer.mlp.gate_proj, layer.mlp.up_proj]) for layer in self.layers]
         self.fp8: list[Fp8Experts | None] = [
             Fp8Experts.of(layer.experts) if fp8_experts else None for layer in self.layers
         ]
@@ -177,7 +184,7 @@ class LayerStack:
         kind = self.layer_types[index]
         cos, sin = views.rope[kind]
         self._dynamic(views.hidden, cos, sin)
-        query, keys, values = self._pre(self.layers[index], views.hidden, cos, sin)
+        query, keys, values = self._pre(self.layers[index], self.qkv[index], views.hidden, cos, sin)
         views.query[kind].copy_(query)
         views.keys[kind].copy_(keys)
         views.values[kind].copy_(values)
@@ -232,7 +239,9 @@ class LayerStack:
     def post(self, index: int, views: Buffers) -> None:
         kind = self.layer_types[index]
         self._dynamic(views.hidden, views.attended[kind])
-        hidden = self._post(self.layers[index], views.hidden, views.attended[kind], self.fp8[index])
+        hidden = self._post(
+            self.layers[index], self.gate_up[index], views.hidden, views.attended[kind], self.fp8[index]
+        )
         views.hidden.copy_(hidden)
 
     def _dynamic(self, *tensors: torch.Tensor) -> None:
@@ -249,27 +258,66 @@ def _heads(layer: Any) -> tuple[int, int, int]:
     return attention.q_proj.out_features // dim, attention.k_proj.out_features // dim, dim
 
 
-def _pre(layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
+def _qkv(attention: Any) -> list[torch.nn.Linear]:
+    """A layer's query, key and (where it has them: not on full-attention layers) value projections."""
+    projections = [attention.q_proj, attention.k_proj]
+    return projections if attention.v_proj is None else [*projections, attention.v_proj]
+
+
+def merged_rows(linears: Sequence[torch.nn.Linear]) -> Merged:
+    """The linears' weights (and biases) stacked into one matrix that one product serves. Each linear's weight
+    then views its rows: the same parameter, so a weight tied elsewhere (the decoder's) stays tied, the model
+    still runs as transformers wrote it, and no memory is added."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    has_bias = [linear.bias is not None for linear in linears]
+    if any(has_bias) and not all(has_bias):
+        raise ValueError("merged projections either all have biases or none do")
+    bias = torch.cat([linear.bias.detach() for linear in linears]) if all(has_bias) else None
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = weight[start : start + rows]
+        if bias is not None:
+            linear.bias.data = bias[start : start + rows]
+        start += rows
+    return Merged(weight, bias, tuple(linear.out_features for linear in linears))
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Linears that read one input, as one [sum of outputs, input] matrix, and each one's outputs."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    sizes: tuple[int, ...]
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each linear's output of `x`, from one product."""
+        return torch.split(F.linear(x, self.weight, self.bias), list(self.sizes), dim=-1)
+
+
+def _pre(layer: Any, qkv: Merged, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
     """Queries, keys and values of one layer as transformers computes them, [tokens, heads, head_dim]."""
     attention = layer.self_attn
     normed = layer.input_layernorm(hidden)
     tokens = normed.shape[0]
-    query = attention.q_proj(normed).view(tokens, -1, attention.head_dim)
-    query = _rotate(attention.q_norm(query), cos, sin)
-    raw_keys = attention.k_proj(normed).view(tokens, -1, attention.head_dim)
-    raw_values = (
-        attention.v_proj(normed).view(tokens, -1, attention.head_dim) if attention.v_proj is not None else raw_keys
-    )
+    projected = [part.view(tokens, -1, attention.head_dim) for part in qkv(normed)]
+    query = _rotate(attention.q_norm(projected[0]), cos, sin)
+    raw_keys = projected[1]
+    raw_values = projected[2] if len(projected) == 3 else raw_keys
     keys = _rotate(attention.k_norm(raw_keys), cos, sin)
     return query, keys, attention.v_norm(raw_values)
 
 
-def _post(layer: Any, hidden: torch.Tensor, attended: torch.Tensor, fp8: Fp8Experts | None) -> torch.Tensor:
+def _post(
+    layer: Any, gate_up: Merged, hidden: torch.Tensor, attended: torch.Tensor, fp8: Fp8Experts | None
+) -> torch.Tensor:
     """The rest of one layer after attention: output projection, dense MLP and routed experts, per token."""
     attended = layer.self_attn.o_proj(attended.reshape(attended.shape[0], -1))
     hidden = hidden + layer.post_attention_layernorm(attended)
     residual = hidden
-    dense = layer.post_feedforward_layernorm_1(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
+    gate, up = gate_up(layer.pre_feedforward_layernorm(hidden))
+    dense = layer.post_feedforward_layernorm_1(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))
     _, weights, experts = layer.router(hidden)
     routed = routed_experts(layer.experts, layer.pre_feedforward_layernorm_2(hidden), experts, weights, fp8)
     hidden = residual + layer.post_feedforward_layernorm(dense + layer.post_feedforward_layernorm_2(routed))

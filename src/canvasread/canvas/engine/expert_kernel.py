@@ -87,10 +87,7 @@ def _expert_rows_kernel(
     for first in range(start, end, BLOCK_M):
         members = first + tl.arange(0, BLOCK_M)
         member_ok = members < end
-        if SWAPPED:
-            total = tl.trans(_weight_by_rows(rows, matrix, members, member_ok, columns, column_ok, K, BLOCK_K))
-        else:
-            total = _rows_by_weight(rows, matrix, members, member_ok, columns, column_ok, K, BLOCK_K)
+        total = _tile_sum(rows, matrix, members, member_ok, columns, column_ok, K, BLOCK_K, SWAPPED)
         if SCALED:
             total *= tl.load(row_scales + members, mask=member_ok, other=0.0)[:, None]
             total *= tl.load(weight_scales + expert * N + columns, mask=column_ok, other=0.0)[None, :]
@@ -102,7 +99,7 @@ def _expert_rows_kernel(
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def _rows_by_weight(
+def _tile_sum(
     rows: tl.tensor,
     matrix: tl.tensor,
     members: tl.tensor,
@@ -111,37 +108,25 @@ def _rows_by_weight(
     column_ok: tl.tensor,
     K: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SWAPPED: tl.constexpr,
 ) -> tl.tensor:
-    """[BLOCK_M, BLOCK_N] fp32: the members' rows times the expert's `matrix` columns, over all of K."""
-    total = tl.zeros((members.shape[0], columns.shape[0]), dtype=tl.float32)
+    """[BLOCK_M, BLOCK_N] fp32: the members' rows times the expert's `matrix` columns, over all of K. Both tiles
+    are loaded reduction-first; SWAPPED sums the transposed product (columns times rows) and transposes once."""
+    if SWAPPED:
+        total = tl.zeros((columns.shape[0], members.shape[0]), dtype=tl.float32)
+    else:
+        total = tl.zeros((members.shape[0], columns.shape[0]), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         inner = k + tl.arange(0, BLOCK_K)
         inner_ok = inner < K
-        a = tl.load(rows + members[:, None] * K + inner[None, :], mask=member_ok[:, None] & inner_ok[None, :])
-        b = tl.load(matrix + columns[None, :] * K + inner[:, None], mask=inner_ok[:, None] & column_ok[None, :])
-        total += tl.dot(a, b)
-    return total
-
-
-@triton.jit  # type: ignore[untyped-decorator]
-def _weight_by_rows(
-    rows: tl.tensor,
-    matrix: tl.tensor,
-    members: tl.tensor,
-    member_ok: tl.tensor,
-    columns: tl.tensor,
-    column_ok: tl.tensor,
-    K: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-) -> tl.tensor:
-    """[BLOCK_N, BLOCK_M] fp32: `_rows_by_weight` transposed, as the expert's columns times the members' rows."""
-    total = tl.zeros((columns.shape[0], members.shape[0]), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        inner = k + tl.arange(0, BLOCK_K)
-        inner_ok = inner < K
-        w = tl.load(matrix + columns[:, None] * K + inner[None, :], mask=column_ok[:, None] & inner_ok[None, :])
         a = tl.load(rows + members[None, :] * K + inner[:, None], mask=inner_ok[:, None] & member_ok[None, :])
-        total += tl.dot(w, a)
+        b = tl.load(matrix + columns[None, :] * K + inner[:, None], mask=inner_ok[:, None] & column_ok[None, :])
+        if SWAPPED:
+            total += tl.dot(tl.trans(b), a)
+        else:
+            total += tl.dot(tl.trans(a), b)
+    if SWAPPED:
+        total = tl.trans(total)
     return total
 
 

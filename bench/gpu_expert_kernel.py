@@ -17,8 +17,9 @@ routed to 8 random experts each:
    output's largest magnitude (both accumulate in fp32 and round to bf16);
 4. the same for the FP8 launch against `torch._scaled_grouped_mm`.
 
-`expert_kernel.TILES` is set from its output. Which pass sizes take the kernel
-the engine times for itself at start-up (`expert_choice.py`).
+`expert_kernel.CANDIDATES` is picked from its output. Which pass sizes take
+the kernel, and with which of those tiles, the engine times for itself at
+start-up (`expert_choice.py`).
 """
 
 from __future__ import annotations

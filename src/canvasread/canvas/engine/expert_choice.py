@@ -3,8 +3,9 @@
 The Triton kernel (`expert_kernel.py`) wins where each expert gets few rows
 and CUTLASS's grouped GEMM where its wide tiles fill; where one gives way to
 the other, and which of the kernel's tiles is fastest, depend on the GPU,
-its clocks and the model's shapes (on an H100 the best tile at 16 tokens
-lost to another by 5% at 172, `bench/results/h100-2026-12-05f`). So before
+its clocks and the model's shapes (on an H100, the best tile for gate and
+up at 172 tokens was 11% slower than another at 16 tokens, and the H200's
+start-up picked differently, `bench/results/h100-2026-12-05f`). So before
 the buckets are compiled and captured, the engine times the grouped GEMM
 and each candidate tile on one layer's own weights at each bucket's row
 count (`experts.choose_products`) and records, per weight, the tile that

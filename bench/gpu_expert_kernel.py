@@ -128,7 +128,7 @@ def main() -> None:
     for product, weight in weights.items():
         ranked[product] = []
         for tokens in SWEEP_TOKENS:
-            scores: dict[Tiles, float] = {tiles: 0.0 for tiles in TILES}
+            scores: dict[Tiles, float] = {}  # each tile's time over the grouped GEMM's at this size (inf: failed)
             offsets, _ = routed(tokens)
             rows = torch.randn(tokens * TOP_K, weight.shape[2], device="cuda", dtype=torch.bfloat16)
             base = median_ms(partial(grouped, rows, weight, offsets), CUDA)
@@ -139,7 +139,7 @@ def main() -> None:
                     scores[tiles] = math.inf
                     results["sweep"][f"{product}/{tokens}/{tiles}"] = {"failed": str(error)[:200]}
                     continue
-                scores[tiles] += ms / base
+                scores[tiles] = ms / base
                 results["sweep"][f"{product}/{tokens}/{tiles}"] = {"kernel_ms": ms, "grouped_ms": base}
             best = sorted(TILES, key=scores.__getitem__)[:FINALISTS]
             ranked[product] += [tiles for tiles in best if tiles not in ranked[product]]

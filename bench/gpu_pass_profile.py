@@ -242,8 +242,9 @@ def main() -> None:
         key = name if runs[name] == 1 else f"{name}-{runs[name]}"
         experts_module.CANDIDATES = candidates[:1] if name == "one-tile" else candidates
         layers_module.Merged.__call__ = separate_products if name == "separate" else merged_products  # type: ignore[method-assign]
-        if name == "experts-eager":  # the routed experts outside the compiled piece (ATen's kernels, in the graphs)
-            layers_module.routed_experts = torch.compiler.disable(routed_experts)
+        # `experts-eager`: the routed experts outside the compiled piece (ATen's kernels, in the graphs)
+        routed = torch.compiler.disable(routed_experts) if name == "experts-eager" else routed_experts
+        layers_module.routed_experts = routed  # type: ignore[attr-defined]
         layout_module.GROUP_PADDING = 1.25 if name == "tight" else padding
         layers_module.ATTENTION_KERNELS = {
             "math": [SDPBackend.MATH],
